@@ -1,0 +1,1 @@
+export async function demoCommand(_argv: readonly string[]): Promise<number> { throw new Error("todo"); }

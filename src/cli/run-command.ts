@@ -1,0 +1,62 @@
+import { loadConfig } from "../config/load.js";
+import { secretsOf } from "../config/redact.js";
+import { installShutdown } from "../lifecycle/shutdown.js";
+import { HttpServer } from "../observability/http-server.js";
+import { createLogger } from "../observability/logger.js";
+import { Relay } from "../relay.js";
+import type { CommandSpec } from "./args.js";
+import { parseCommandArgs, requireString, helpText } from "./args.js";
+
+export const runSpec: CommandSpec = {
+  name: "run",
+  summary: "run the links whose destination is REGION (consume remotely, publish locally)",
+  usage: "jetstream-relay run --config FILE --region NAME [--http HOST:PORT]",
+  options: {
+    config: { type: "string", short: "c", description: "config file (YAML)" },
+    region: { type: "string", short: "r", description: "this relay's region: the destination of its links" },
+    http: { type: "string", description: "override http.listen (HOST:PORT; port 0 picks a free one)" },
+  },
+};
+
+export async function runCommand(argv: readonly string[]): Promise<number> {
+  const values = parseCommandArgs(runSpec, argv);
+  if (values.help) {
+    console.log(helpText(runSpec));
+    return 0;
+  }
+  const config = await loadConfig(requireString(runSpec, values, "config"));
+  const region = requireString(runSpec, values, "region");
+  const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
+  const relay = new Relay(config, region, { logger });
+  const [host, port] = splitListen(typeof values.http === "string" ? values.http : undefined, config.http);
+  const http = new HttpServer({
+    host,
+    port,
+    registry: relay.registry,
+    status: () => relay.status(),
+    ready: () => relay.readiness(),
+  });
+  const boundPort = await http.start();
+  logger.info({ host, port: boundPort }, "http listening: /metrics /healthz /readyz /status");
+  const startAbort = new AbortController();
+  const done = new Promise<number>((resolve) => {
+    installShutdown({
+      graceMs: config.shutdownGraceMs,
+      logger,
+      drain: async (deadline) => {
+        startAbort.abort();
+        await relay.stop(deadline);
+        await http.stop();
+      },
+      exit: resolve,
+    });
+  });
+  await relay.start(startAbort.signal);
+  return done;
+}
+
+function splitListen(override: string | undefined, fallback: { host: string; port: number }): [string, number] {
+  if (!override) return [fallback.host, fallback.port];
+  const i = override.lastIndexOf(":");
+  return [override.slice(0, i) || "0.0.0.0", Number(override.slice(i + 1))];
+}

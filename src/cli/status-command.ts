@@ -1,0 +1,57 @@
+import { ErrorCodes, RelayError } from "../errors.js";
+import type { RelayStatus } from "../relay.js";
+import type { CommandSpec } from "./args.js";
+import { helpText, parseCommandArgs, requireString } from "./args.js";
+
+export const statusSpec: CommandSpec = {
+  name: "status",
+  summary: "print the link status of a running relay as a table",
+  usage: "jetstream-relay status --url http://HOST:9464 [--json]",
+  options: {
+    url: { type: "string", short: "u", description: "the relay's HTTP address" },
+    json: { type: "boolean", description: "print the raw /status JSON" },
+  },
+};
+
+export async function statusCommand(argv: readonly string[]): Promise<number> {
+  const values = parseCommandArgs(statusSpec, argv);
+  if (values.help) {
+    console.log(helpText(statusSpec));
+    return 0;
+  }
+  const base = requireString(statusSpec, values, "url").replace(/\/+$/, "");
+  let status: RelayStatus;
+  try {
+    const res = await fetch(`${base}/status`, { signal: AbortSignal.timeout(5_000) });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    status = (await res.json()) as RelayStatus;
+  } catch (err) {
+    throw new RelayError(ErrorCodes.NATS_CONNECT, `cannot read ${base}/status: ${(err as Error).message}`, { cause: err });
+  }
+  if (values.json) {
+    console.log(JSON.stringify(status, null, 2));
+    return 0;
+  }
+  console.log(`relay region ${status.region}, started ${status.startedAt}`);
+  console.log(formatTable(status));
+  return status.links.every((l) => l.state === "live" || l.state === "catching-up") ? 0 : 1;
+}
+
+export function formatTable(status: RelayStatus): string {
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "GUARD", "LAST ERROR"];
+  const rows = status.links.map((l) => [
+    l.name,
+    l.from,
+    l.to,
+    l.state,
+    l.stateSince,
+    String(l.backlog?.messages ?? "?"),
+    l.backlog ? `${l.backlog.ageSeconds.toFixed(1)}s` : "?",
+    String(l.inFlight),
+    l.guard,
+    l.lastError ? `${l.lastError.code}: ${l.lastError.message}`.slice(0, 60) : "-",
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
+  return [line(header), ...rows.map(line)].join("\n");
+}

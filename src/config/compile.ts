@@ -1,0 +1,247 @@
+/**
+ * Validated config (schema.ts output) → the frozen, fully-defaulted `RelayConfig` (types.ts).
+ * All defaults live here, in `DEFAULTS` and `DEFAULT_STRIP_HEADERS`.
+ */
+import { ErrorCodes, RelayError } from "../errors.js";
+import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema.js";
+import type {
+  BadMessagePolicy,
+  FieldSource,
+  GuardConfig,
+  LinkConfig,
+  RedisGuardConnection,
+  RegionAuth,
+  RegionConfig,
+  RelayConfig,
+  SubjectTransform,
+  TlsConfig,
+} from "./types.js";
+
+/**
+ * JetStream control headers removed from every relayed message before it is published: left in,
+ * they would make the destination apply the source's expectations, rollups and TTLs. A link's
+ * `stripHeaders` adds to this list; it cannot remove from it.
+ */
+export const DEFAULT_STRIP_HEADERS: readonly string[] = Object.freeze([
+  "Nats-Expected-Stream",
+  "Nats-Expected-Last-Msg-Id",
+  "Nats-Expected-Last-Sequence",
+  "Nats-Expected-Last-Subject-Sequence",
+  "Nats-Rollup",
+  "Nats-TTL",
+  "Nats-Stream-Source",
+]);
+
+export const DEFAULTS = Object.freeze({
+  batchSize: 500,
+  inFlight: 1024,
+  ackWaitMs: 30_000,
+  publishTimeoutMs: 5_000,
+  maxHops: 8,
+  onGap: "continue",
+  idTtlMs: 3_600_000,
+  /** The guard's claim TTL is this many times the link's ack wait. */
+  claimTtlAckWaitFactor: 2,
+  httpHost: "0.0.0.0",
+  httpPort: 9464,
+  logLevel: "info",
+  shutdownGraceMs: 30_000,
+} as const);
+
+/** `"relay-" + link name`. */
+export function defaultDurableName(linkName: string): string {
+  return `relay-${linkName}`;
+}
+
+/** `"relay.dlq." + link name`. */
+export function defaultDeadLetterSubject(linkName: string): string {
+  return `relay.dlq.${linkName}`;
+}
+
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
+/**
+ * `"header:Entity-Id"` → `{ kind: "header", name: "Entity-Id" }`,
+ * `"subject-token:2"` → `{ kind: "subject-token", index: 2 }` (0-based: in `orders.eu.42`, token 2 is `42`).
+ * Throws an Error whose message is a phrase meant to follow `<path>: `.
+ */
+export function parseFieldSource(text: string): FieldSource {
+  const shown = JSON.stringify(text.length > 60 ? `${text.slice(0, 60)}…` : text);
+  const colon = text.indexOf(":");
+  const kind = colon < 0 ? text : text.slice(0, colon);
+  const arg = colon < 0 ? undefined : text.slice(colon + 1);
+  if (kind === "header") {
+    if (arg === undefined || !HEADER_NAME.test(arg)) {
+      throw new Error(
+        `invalid field source ${shown}: "header:" must be followed by a header name, e.g. "header:Entity-Id"`,
+      );
+    }
+    return { kind: "header", name: arg };
+  }
+  if (kind === "subject-token") {
+    if (arg === undefined || !/^\d{1,3}$/.test(arg)) {
+      throw new Error(
+        `invalid field source ${shown}: the token index must be a whole number from 0 (0-based), e.g. "subject-token:2"`,
+      );
+    }
+    return { kind: "subject-token", index: Number(arg) };
+  }
+  throw new Error(`invalid field source ${shown}: use "header:<name>" or "subject-token:<index>"`);
+}
+
+/** Object.freeze, recursively, on plain objects and arrays. */
+export function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const v of Object.values(value)) deepFreeze(v);
+  }
+  return value;
+}
+
+/** A Map whose set/delete/clear throw once constructed. Entries are deep-frozen. */
+class FrozenMap<K, V> extends Map<K, V> {
+  readonly #sealed: boolean;
+  constructor(entries: Iterable<readonly [K, V]>) {
+    super();
+    for (const [k, v] of entries) super.set(k, deepFreeze(v));
+    this.#sealed = true;
+    Object.freeze(this);
+  }
+  override set(key: K, value: V): this {
+    if (this.#sealed) throw new TypeError("the config's region map is read-only");
+    return super.set(key, value);
+  }
+  override delete(_key: K): boolean {
+    throw new TypeError("the config's region map is read-only");
+  }
+  override clear(): void {
+    throw new TypeError("the config's region map is read-only");
+  }
+}
+
+function invalid(message: string): never {
+  throw new RelayError(ErrorCodes.CONFIG_INVALID, message);
+}
+
+type ParsedTls = NonNullable<ParsedRegion["tls"]>;
+
+function compileTls(tls: ParsedTls | undefined): TlsConfig | undefined {
+  if (tls === undefined) return undefined;
+  return {
+    ...(tls.ca === undefined ? {} : { caFile: tls.ca }),
+    ...(tls.cert === undefined ? {} : { certFile: tls.cert }),
+    ...(tls.key === undefined ? {} : { keyFile: tls.key }),
+  };
+}
+
+function compileAuth(name: string, auth: ParsedRegion["auth"]): RegionAuth | undefined {
+  if (auth === undefined) return undefined;
+  if (auth.token !== undefined) return { kind: "token", token: auth.token };
+  if (auth.user !== undefined && auth.password !== undefined) {
+    return { kind: "user", user: auth.user, password: auth.password };
+  }
+  if (auth.creds !== undefined) return { kind: "creds", credsFile: auth.creds };
+  if (auth.nkey !== undefined) return { kind: "nkey", seedFile: auth.nkey };
+  return invalid(`regions.${name}.auth: give exactly one of token, user + password, creds or nkey`);
+}
+
+function compileRegion(name: string, r: ParsedRegion): RegionConfig {
+  const auth = compileAuth(name, r.auth);
+  const tls = compileTls(r.tls);
+  return {
+    name,
+    servers: [...r.servers],
+    ...(auth === undefined ? {} : { auth }),
+    ...(tls === undefined ? {} : { tls }),
+    ...(r.domain === undefined ? {} : { domain: r.domain }),
+  };
+}
+
+function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefined {
+  const g = link.guard;
+  if (g === undefined) return undefined;
+  let store: GuardConfig["store"];
+  if (g.redis !== undefined) {
+    const r = g.redis;
+    const tls = compileTls(r.tls);
+    const redis: RedisGuardConnection = {
+      kind: "redis",
+      ...(r.url === undefined ? {} : { url: r.url }),
+      ...(r.sentinel === undefined
+        ? {}
+        : { sentinel: { name: r.sentinel.name, nodes: [...r.sentinel.nodes] } }),
+      ...(r.cluster === undefined ? {} : { cluster: { nodes: [...r.cluster.nodes] } }),
+      ...(r.password === undefined ? {} : { password: r.password }),
+      ...(tls === undefined ? {} : { tls }),
+    };
+    store = redis;
+  } else if (g.memory === true) {
+    store = { kind: "memory" };
+  } else {
+    return invalid(`links.${link.name}.guard: give exactly one store: redis or memory: true`);
+  }
+  const versions =
+    g.versions?.entity !== undefined && g.versions.version !== undefined
+      ? { entity: g.versions.entity, version: g.versions.version }
+      : undefined;
+  return {
+    store,
+    idTtlMs: g.idTtl ?? DEFAULTS.idTtlMs,
+    claimTtlMs: g.claimTtl ?? DEFAULTS.claimTtlAckWaitFactor * ackWaitMs,
+    ...(versions === undefined ? {} : { versions }),
+    strict: g.strict ?? false,
+  };
+}
+
+function compileLink(l: ParsedLink): LinkConfig {
+  const ackWaitMs = l.ackWait ?? DEFAULTS.ackWaitMs;
+  const transform: SubjectTransform = {
+    ...(l.to.subject?.stripPrefix === undefined ? {} : { stripPrefix: l.to.subject.stripPrefix }),
+    ...(l.to.subject?.addPrefix === undefined ? {} : { addPrefix: l.to.subject.addPrefix }),
+  };
+  const badMessage: BadMessagePolicy =
+    l.onBadMessage === "halt"
+      ? { action: "halt" }
+      : { action: "dead-letter", subject: l.onBadMessage?.deadLetter ?? defaultDeadLetterSubject(l.name) };
+  const stripHeaders = [...DEFAULT_STRIP_HEADERS];
+  for (const h of l.stripHeaders ?? []) if (!stripHeaders.includes(h)) stripHeaders.push(h);
+  const guard = compileGuard(l, ackWaitMs);
+  return {
+    name: l.name,
+    from: {
+      region: l.from.region,
+      stream: l.from.stream,
+      ...(l.from.filter === undefined ? {} : { filterSubject: l.from.filter }),
+    },
+    to: { region: l.to.region, stream: l.to.stream, transform },
+    batchSize: l.batchSize ?? DEFAULTS.batchSize,
+    inFlight: l.inFlight ?? DEFAULTS.inFlight,
+    ackWaitMs,
+    publishTimeoutMs: l.publishTimeout ?? DEFAULTS.publishTimeoutMs,
+    stripHeaders,
+    maxHops: l.maxHops ?? DEFAULTS.maxHops,
+    durableName: l.durable ?? defaultDurableName(l.name),
+    ...(guard === undefined ? {} : { guard }),
+    badMessage,
+    onGap: l.onGap ?? DEFAULTS.onGap,
+    ...(l.maxReplayAge === undefined ? {} : { maxReplayAgeMs: l.maxReplayAge }),
+  };
+}
+
+/**
+ * Applies every default and freezes the result (objects and arrays deeply; the regions Map
+ * rejects set/delete/clear). Expects a config that passed `validateConfig`.
+ */
+export function compileConfig(parsed: ParsedConfig): RelayConfig {
+  const regions = new FrozenMap<string, RegionConfig>(
+    Object.entries(parsed.regions).map(([name, r]) => [name, compileRegion(name, r)] as const),
+  );
+  const listen = parsed.http?.listen;
+  return deepFreeze({
+    regions,
+    links: parsed.links.map(compileLink),
+    http: { host: listen?.host ?? DEFAULTS.httpHost, port: listen?.port ?? DEFAULTS.httpPort },
+    log: { level: parsed.log?.level ?? DEFAULTS.logLevel },
+    shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
+  });
+}

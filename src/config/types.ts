@@ -1,0 +1,93 @@
+/**
+ * The compiled, frozen, fully-defaulted configuration. YAML → schema.ts (zod, unknown keys rejected)
+ * → compile.ts → this. Durations are milliseconds here; every optional field the code reads has a
+ * value. Secrets stay in these objects only: nothing here is ever logged whole (see `redactConfig`).
+ */
+export type RegionAuth =
+  | { readonly kind: "token"; readonly token: string }
+  | { readonly kind: "user"; readonly user: string; readonly password: string }
+  | { readonly kind: "creds"; readonly credsFile: string }
+  | { readonly kind: "nkey"; readonly seedFile: string };
+
+export interface TlsConfig {
+  readonly caFile?: string;
+  readonly certFile?: string;
+  readonly keyFile?: string;
+}
+
+export interface RegionConfig {
+  readonly name: string;
+  readonly servers: readonly string[];
+  readonly auth?: RegionAuth;
+  readonly tls?: TlsConfig;
+  /** JetStream domain of the region, when it has one (API prefix `$JS.<domain>.API`). */
+  readonly domain?: string;
+}
+
+/** Where an entity key or a version number is read from. */
+export type FieldSource =
+  | { readonly kind: "header"; readonly name: string }
+  | { readonly kind: "subject-token"; readonly index: number };
+
+export interface RedisGuardConnection {
+  readonly kind: "redis";
+  /** One of url / sentinel / cluster is set. */
+  readonly url?: string;
+  readonly sentinel?: { readonly name: string; readonly nodes: readonly string[] };
+  readonly cluster?: { readonly nodes: readonly string[] };
+  readonly password?: string;
+  readonly tls?: TlsConfig;
+}
+
+export interface GuardConfig {
+  /** `memory` is for tests and the demo only: it forgets everything on restart. */
+  readonly store: RedisGuardConnection | { readonly kind: "memory" };
+  /** How long a committed id is remembered (ms). */
+  readonly idTtlMs: number;
+  /** How long an uncommitted claim lives (ms); defaults to 2 × the link's ack wait. */
+  readonly claimTtlMs: number;
+  readonly versions?: { readonly entity: FieldSource; readonly version: FieldSource };
+  /** Refuse to start when Redis does not persist versions (no AOF). */
+  readonly strict: boolean;
+}
+
+export interface SubjectTransform {
+  /** Removed from the front of the source subject when present. */
+  readonly stripPrefix?: string;
+  /** Added to the front after stripping. */
+  readonly addPrefix?: string;
+}
+
+export type BadMessagePolicy =
+  | { readonly action: "dead-letter"; readonly subject: string }
+  | { readonly action: "halt" };
+
+export interface LinkConfig {
+  readonly name: string;
+  readonly from: { readonly region: string; readonly stream: string; readonly filterSubject?: string };
+  readonly to: { readonly region: string; readonly stream: string; readonly transform: SubjectTransform };
+  /** Messages per pull request. */
+  readonly batchSize: number;
+  /** Max messages between receive and ack (also the consumer's MaxAckPending). */
+  readonly inFlight: number;
+  readonly ackWaitMs: number;
+  readonly publishTimeoutMs: number;
+  /** Header names removed before publishing (the JetStream control headers by default). */
+  readonly stripHeaders: readonly string[];
+  /** A message whose Relay-Path already has this many regions is not forwarded further. */
+  readonly maxHops: number;
+  /** Durable consumer name on the source stream. */
+  readonly durableName: string;
+  readonly guard?: GuardConfig;
+  readonly badMessage: BadMessagePolicy;
+  readonly onGap: "continue" | "resync" | "halt";
+  readonly maxReplayAgeMs?: number;
+}
+
+export interface RelayConfig {
+  readonly regions: ReadonlyMap<string, RegionConfig>;
+  readonly links: readonly LinkConfig[];
+  readonly http: { readonly host: string; readonly port: number };
+  readonly log: { readonly level: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent" };
+  readonly shutdownGraceMs: number;
+}

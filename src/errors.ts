@@ -1,0 +1,73 @@
+/**
+ * One error class for the whole relay. `code` is stable and catalogued in the README
+ * ("Error codes"); callers branch on codes and on `isRetryable()`, never on message text.
+ */
+export const ErrorCodes = {
+  /** Config file missing, unreadable, not YAML, or failing the schema. Exit code 2. */
+  CONFIG_INVALID: "CONFIG_INVALID",
+  /** Command line usage error. Exit code 2. */
+  USAGE: "USAGE",
+  /** A region cannot be reached (connect refused, DNS, TLS handshake). Retryable. */
+  NATS_CONNECT: "NATS_CONNECT",
+  /** Authentication or authorization rejected by a region. Not retryable. */
+  NATS_AUTH: "NATS_AUTH",
+  /** The source or destination stream does not exist. Retryable (it may be created). */
+  STREAM_NOT_FOUND: "STREAM_NOT_FOUND",
+  /** A JetStream API call failed (no leader, timeout, 503). Retryable. */
+  JETSTREAM_API: "JETSTREAM_API",
+  /** A destination publish got no PubAck in time. Retryable. */
+  PUBLISH_TIMEOUT: "PUBLISH_TIMEOUT",
+  /** A destination publish was answered with an error (no responders, no leader, ...). Retryable. */
+  PUBLISH_FAILED: "PUBLISH_FAILED",
+  /** A PubAck said duplicate with seq 0: the message was not stored. Retryable. */
+  PUBLISH_NOT_STORED: "PUBLISH_NOT_STORED",
+  /** The destination rejected the message permanently (too large, subject not bound). */
+  PUBLISH_REJECTED: "PUBLISH_REJECTED",
+  /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
+  GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
+  /** The guard's Redis does not persist versions and `guard.strict` is set. */
+  GUARD_NOT_DURABLE: "GUARD_NOT_DURABLE",
+  /** A message lacks, or carries a malformed, entity/version the link requires. */
+  BAD_MESSAGE: "BAD_MESSAGE",
+  /** Shutdown did not finish within the grace period. */
+  SHUTDOWN_TIMEOUT: "SHUTDOWN_TIMEOUT",
+  /** Anything else: a bug. */
+  INTERNAL: "INTERNAL",
+} as const;
+
+export type ErrorCode = (typeof ErrorCodes)[keyof typeof ErrorCodes];
+
+const retryable: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  ErrorCodes.NATS_CONNECT,
+  ErrorCodes.STREAM_NOT_FOUND,
+  ErrorCodes.JETSTREAM_API,
+  ErrorCodes.PUBLISH_TIMEOUT,
+  ErrorCodes.PUBLISH_FAILED,
+  ErrorCodes.PUBLISH_NOT_STORED,
+  ErrorCodes.GUARD_UNAVAILABLE,
+]);
+
+export class RelayError extends Error {
+  override readonly name = "RelayError";
+  readonly code: ErrorCode;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+  }
+
+  isRetryable(): boolean {
+    return retryable.has(this.code);
+  }
+}
+
+export function isRelayError(err: unknown, code?: ErrorCode): err is RelayError {
+  return err instanceof RelayError && (code === undefined || err.code === code);
+}
+
+/** Wraps anything thrown into a RelayError, keeping the original as `cause`. */
+export function toRelayError(err: unknown, fallback: ErrorCode = ErrorCodes.INTERNAL): RelayError {
+  if (err instanceof RelayError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return new RelayError(fallback, message, { cause: err });
+}

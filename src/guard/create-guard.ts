@@ -1,0 +1,28 @@
+import type { Logger } from "pino";
+import type { GuardConfig } from "../config/types.js";
+import { MemoryGuard } from "./memory-guard.js";
+import { NoneGuard } from "./none-guard.js";
+import { RedisGuard } from "./redis-guard.js";
+import type { Guard } from "./types.js";
+
+export interface GuardDeps {
+  readonly logger: Logger;
+  /**
+   * Namespace of the guard's keys: `<destination region>:<destination stream>`. Links writing to
+   * the same destination stream must share it (they dedupe against each other); it is also the
+   * Redis Cluster hash tag, so it must not be empty.
+   */
+  readonly scope: string;
+  readonly linkName: string;
+}
+
+/**
+ * The guard for one link. Nothing connects here: `start()` does, so a bad address or an
+ * unreadable TLS file surfaces as a rejected start(), not as a throw while building links.
+ */
+export function createGuard(config: GuardConfig | undefined, deps: GuardDeps): Guard {
+  if (config === undefined) return new NoneGuard();
+  const store = config.store;
+  if (store.kind === "memory") return new MemoryGuard(config, deps);
+  return new RedisGuard(store, config, deps);
+}

@@ -1,0 +1,171 @@
+import type { Logger } from "pino";
+import type { GuardConfig } from "../config/types.js";
+import { checkIds, tokenSource, versionOf } from "./items.js";
+import { DONE_VALUE, claimValue, guardKeys } from "./lua.js";
+import type { GuardKeys } from "./lua.js";
+import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "./types.js";
+
+/**
+ * A few Redis string commands in process memory (GET, SET with PX, DEL), with lazy expiry. Several
+ * MemoryGuard instances may share one store to act like relays sharing one Redis (tests do).
+ */
+export class MemoryGuardStore {
+  private readonly data = new Map<string, { value: string; expiresAt: number | undefined }>();
+  private lastSweep = 0;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  get(key: string): string | undefined {
+    const entry = this.data.get(key);
+    if (!entry) return undefined;
+    if (entry.expiresAt !== undefined && entry.expiresAt <= this.now()) {
+      this.data.delete(key);
+      return undefined;
+    }
+    return entry.value;
+  }
+
+  set(key: string, value: string, ttlMs?: number): void {
+    this.data.set(key, { value, expiresAt: ttlMs === undefined ? undefined : this.now() + ttlMs });
+  }
+
+  delete(key: string): void {
+    this.data.delete(key);
+  }
+
+  /** Remaining TTL in ms, -1 without expiry, undefined when absent (like PTTL). */
+  ttl(key: string): number | undefined {
+    if (this.get(key) === undefined) return undefined;
+    const at = this.data.get(key)?.expiresAt;
+    return at === undefined ? -1 : at - this.now();
+  }
+
+  /** Drops expired entries, at most once per `everyMs`: long-running demos must not grow forever. */
+  sweep(everyMs: number): void {
+    const now = this.now();
+    if (now - this.lastSweep < everyMs) return;
+    this.lastSweep = now;
+    for (const [key, entry] of this.data) {
+      if (entry.expiresAt !== undefined && entry.expiresAt <= now) this.data.delete(key);
+    }
+  }
+
+  get size(): number {
+    return this.data.size;
+  }
+}
+
+export interface MemoryGuardDeps {
+  readonly logger: Logger;
+  readonly scope: string;
+  readonly linkName: string;
+  /** Share a store between instances; a private one otherwise. */
+  readonly store?: MemoryGuardStore;
+}
+
+/**
+ * The guard in process memory, for tests and the demo: the same decisions as the Redis scripts
+ * (lua.ts documents the rules; this file follows them step by step), with the same key names.
+ * Forgets everything when the process ends.
+ */
+export class MemoryGuard implements Guard {
+  readonly kind = "memory" as const;
+  readonly persistence = "none" as const;
+  readonly store: MemoryGuardStore;
+  readonly keys: GuardKeys;
+  private readonly nextToken = tokenSource();
+
+  constructor(
+    private readonly config: Pick<GuardConfig, "idTtlMs" | "claimTtlMs">,
+    private readonly deps: MemoryGuardDeps,
+  ) {
+    this.store = deps.store ?? new MemoryGuardStore();
+    this.keys = guardKeys(deps.scope);
+  }
+
+  async start(): Promise<void> {
+    this.deps.logger.info(
+      { component: "guard", link: this.deps.linkName },
+      "guard in memory: ids and versions are forgotten when the relay stops",
+    );
+  }
+
+  async claim(items: readonly GuardItem[]): Promise<ClaimResult[]> {
+    checkIds(items);
+    this.store.sweep(this.config.claimTtlMs);
+    const token = this.nextToken();
+    const mine = claimValue(token);
+    // Per entity: the highest of the stored version and of earlier items in this batch.
+    const best = new Map<string, { version: number } | null>();
+    const seen = new Set<string>();
+    const results: ClaimResult[] = [];
+    for (const item of items) {
+      const key = this.keys.id(item.id);
+      if (seen.has(key)) {
+        results.push({ decision: "in-flight" });
+        continue;
+      }
+      seen.add(key);
+      const cur = this.store.get(key);
+      if (cur === DONE_VALUE) {
+        results.push({ decision: "duplicate" });
+        continue;
+      }
+      const v = versionOf(item);
+      let against: number | undefined;
+      if (v) {
+        let b = best.get(v.entity);
+        if (b === undefined) {
+          const raw = this.store.get(this.keys.version(v.entity));
+          b = raw === undefined ? null : { version: Number(raw) };
+          best.set(v.entity, b);
+        }
+        against = b?.version;
+        if (b && v.version <= b.version) {
+          if (cur === mine) this.store.delete(key);
+          results.push({ decision: "stale", storedVersion: b.version });
+          continue;
+        }
+      }
+      const extra = against === undefined ? {} : { storedVersion: against };
+      if (cur !== undefined && cur !== mine) {
+        results.push({ decision: "in-flight", ...extra });
+      } else {
+        this.store.set(key, mine, this.config.claimTtlMs);
+        results.push({ decision: "relay", token, ...extra });
+      }
+      if (v) best.set(v.entity, { version: v.version });
+    }
+    return results;
+  }
+
+  async commit(items: readonly ClaimedItem[]): Promise<void> {
+    checkIds(items);
+    let lost = 0;
+    for (const item of items) {
+      const key = this.keys.id(item.id);
+      if (this.store.get(key) !== claimValue(item.token)) lost++;
+      this.store.set(key, DONE_VALUE, this.config.idTtlMs);
+      const v = versionOf(item);
+      if (!v) continue;
+      const verKey = this.keys.version(v.entity);
+      const raw = this.store.get(verKey);
+      if (raw === undefined || v.version > Number(raw)) this.store.set(verKey, String(v.version));
+    }
+    if (lost > 0) {
+      this.deps.logger.warn(
+        { component: "guard", link: this.deps.linkName, lost, claimTtlMs: this.config.claimTtlMs },
+        "guard claims expired before commit",
+      );
+    }
+  }
+
+  async release(items: readonly ClaimedItem[]): Promise<void> {
+    for (const item of items) {
+      const key = this.keys.id(item.id);
+      if (this.store.get(key) === claimValue(item.token)) this.store.delete(key);
+    }
+  }
+
+  async stop(): Promise<void> {}
+}

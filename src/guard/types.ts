@@ -1,0 +1,50 @@
+/**
+ * The consumer-side guard (DESIGN §3): an id seen-set with claim → commit/release, and a per-entity
+ * monotonic version. The link calls it once per batch for claims and once per batch for commits.
+ */
+export type GuardDecision =
+  /** Not seen and not stale: publish it, then commit. A claim token was taken. */
+  | "relay"
+  /** Already committed by someone: ack, do not publish. */
+  | "duplicate"
+  /** Its version is <= the entity's applied version: ack, do not publish. */
+  | "stale"
+  /** Claimed by another relay and not yet committed: neither publish nor ack (redelivered later). */
+  | "in-flight";
+
+export interface GuardItem {
+  /** The message identity (Nats-Msg-Id or `<region>:<stream>:<seq>`). */
+  readonly id: string;
+  readonly entity?: string;
+  readonly version?: number;
+}
+
+export interface ClaimResult {
+  readonly decision: GuardDecision;
+  /** Set when decision is "relay": pass it back to commit/release. */
+  readonly token?: string;
+  /** The stored version the item was compared against, when versions are on (for logs). */
+  readonly storedVersion?: number;
+}
+
+export interface ClaimedItem extends GuardItem {
+  readonly token: string;
+}
+
+export interface Guard {
+  readonly kind: "none" | "memory" | "redis";
+  /** Connects and checks persistence. Rejects with GUARD_NOT_DURABLE under `strict`. */
+  start(): Promise<void>;
+  /**
+   * One round trip for the whole batch. Results are in input order. Rejects with GUARD_UNAVAILABLE
+   * when the store cannot be reached; then nothing was claimed that the caller must release
+   * (a claim that did land expires with the claim TTL, and is recognised as ours by its token).
+   */
+  claim(items: readonly GuardItem[]): Promise<ClaimResult[]>;
+  /** Marks ids done (long TTL) and advances versions by compare-and-set. One round trip. */
+  commit(items: readonly ClaimedItem[]): Promise<void>;
+  /** Deletes claims still holding our token. One round trip. Never throws for a claim that expired. */
+  release(items: readonly ClaimedItem[]): Promise<void>;
+  /** Idempotent. */
+  stop(): Promise<void>;
+}

@@ -1,0 +1,88 @@
+import { headers as createHeaders } from "@nats-io/nats-core";
+import type { MsgHdrs } from "@nats-io/nats-core";
+import type { JsMsg } from "@nats-io/jetstream";
+import type { LinkConfig } from "../config/types.js";
+import { RelayHeaders, REWRITTEN_HEADERS, formatNanos } from "./headers.js";
+import type { MessageIdentity } from "./identity.js";
+import { transformSubject } from "./identity.js";
+
+/**
+ * Where an entry is on the data path. `claim` → `ready` → `publishing` → `published` → `committing`
+ * → `done`; a guard verdict of duplicate/stale/in-flight jumps straight to `done`.
+ */
+export type EntryState = "claim" | "ready" | "publishing" | "published" | "committing" | "done";
+
+/** One source message (by stream sequence) travelling through a link's pipeline. */
+export interface Entry {
+  readonly seq: number;
+  /** Every delivery of this sequence seen while it was in the pipeline: all are acked at the end. */
+  readonly deliveries: JsMsg[];
+  readonly identity: MessageIdentity;
+  /** Destination subject (after transform), or the dead-letter subject. */
+  subject: string;
+  readonly data: Uint8Array;
+  headers: MsgHdrs;
+  readonly sourceNanos: bigint;
+  state: EntryState;
+  token?: string;
+  /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
+  attempt: number;
+  publishStartedAt: number;
+  /** The PubAck said duplicate: the destination already had it (a broker-side correction). */
+  brokerDuplicate?: boolean;
+  /** Set when the entry goes to the dead-letter subject instead of the destination stream. */
+  deadLetterReason?: string;
+}
+
+/**
+ * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
+ * identity, origin, path and source position (README "Headers on relayed messages").
+ */
+export function buildHeaders(msg: JsMsg, identity: MessageIdentity, link: LinkConfig, strip: ReadonlySet<string>): MsgHdrs {
+  const out = createHeaders();
+  const src = msg.headers;
+  if (src) {
+    for (const [key, values] of src) {
+      const lower = key.toLowerCase();
+      if (strip.has(lower)) continue;
+      for (const v of values) out.append(key, v);
+    }
+  }
+  out.set(RelayHeaders.MsgId, identity.id);
+  out.set(RelayHeaders.Origin, identity.origin);
+  out.set(RelayHeaders.Path, identity.path.join(","));
+  out.set(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.info.streamSequence}`);
+  out.set(RelayHeaders.SourceTime, formatNanos(BigInt(msg.info.timestampNanos)));
+  out.set(RelayHeaders.ExpectedStream, link.to.stream);
+  return out;
+}
+
+/** Lower-cased names never copied from the source: the link's strip list plus the rewritten headers. */
+export function stripSet(link: LinkConfig): ReadonlySet<string> {
+  return new Set([...link.stripHeaders, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
+}
+
+export function newEntry(msg: JsMsg, identity: MessageIdentity, link: LinkConfig, strip: ReadonlySet<string>): Entry {
+  return {
+    seq: msg.info.streamSequence,
+    deliveries: [msg],
+    identity,
+    subject: transformSubject(msg.subject, link),
+    data: msg.data,
+    headers: buildHeaders(msg, identity, link, strip),
+    sourceNanos: BigInt(msg.info.timestampNanos),
+    state: "claim",
+    attempt: 0,
+    publishStartedAt: 0,
+  };
+}
+
+/** Re-targets an entry at the dead-letter subject, keeping its id so a re-park is deduplicated. */
+export function toDeadLetter(entry: Entry, subject: string, linkName: string, reason: string): void {
+  entry.subject = subject;
+  entry.deadLetterReason = reason;
+  entry.headers.set(RelayHeaders.DeadLetterReason, reason);
+  entry.headers.set(RelayHeaders.DeadLetterLink, linkName);
+  entry.headers.delete(RelayHeaders.ExpectedStream);
+  entry.state = "ready";
+}

@@ -1,0 +1,60 @@
+/**
+ * Every header the relay reads or writes. The README's header table is this table.
+ */
+export const RelayHeaders = {
+  /** Message identity, kept across hops; the destination's broker dedup key. */
+  MsgId: "Nats-Msg-Id",
+  /** Region where the message was first published; set on the first hop, kept after. */
+  Origin: "Relay-Origin",
+  /** Regions the message was stored in before this one, comma-separated. */
+  Path: "Relay-Path",
+  /** `<region> <stream> <seq>` of the immediate source message: the progress marker downstream. */
+  Source: "Relay-Source",
+  /** Publish time of the immediate source message, RFC 3339 with nanoseconds. */
+  SourceTime: "Relay-Source-Time",
+  /** Set on messages sent by a full resync: the resync's id. */
+  Snapshot: "Relay-Snapshot",
+  /** Set by the relay on its own publishes so the destination rejects a subject bound to another stream. */
+  ExpectedStream: "Nats-Expected-Stream",
+  /** On dead-lettered messages: why, and which link. */
+  DeadLetterReason: "Relay-Dead-Letter-Reason",
+  DeadLetterLink: "Relay-Dead-Letter-Link",
+} as const;
+
+/** Headers JetStream would act on in the destination: stripped by default (config adds more). */
+export const DEFAULT_STRIP_HEADERS: readonly string[] = [
+  "Nats-Expected-Stream",
+  "Nats-Expected-Last-Msg-Id",
+  "Nats-Expected-Last-Sequence",
+  "Nats-Expected-Last-Subject-Sequence",
+  "Nats-Rollup",
+  "Nats-TTL",
+  "Nats-Stream-Source",
+];
+
+/** Relay headers that are rewritten on every hop rather than copied. */
+export const REWRITTEN_HEADERS: readonly string[] = [
+  RelayHeaders.MsgId,
+  RelayHeaders.Origin,
+  RelayHeaders.Path,
+  RelayHeaders.Source,
+  RelayHeaders.SourceTime,
+  RelayHeaders.ExpectedStream,
+];
+
+/** RFC 3339 with nanosecond precision from a Unix time in nanoseconds. */
+export function formatNanos(nanos: bigint): string {
+  const ms = nanos / 1_000_000n;
+  const iso = new Date(Number(ms)).toISOString(); // 2026-11-30T00:00:00.123Z
+  const fraction = (nanos % 1_000_000_000n).toString().padStart(9, "0");
+  return `${iso.slice(0, 19)}.${fraction}Z`;
+}
+
+/** Inverse of formatNanos; returns undefined for anything unparseable. */
+export function parseNanos(text: string): bigint | undefined {
+  const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$/.exec(text);
+  if (!m || !m[1]) return undefined;
+  const seconds = Date.parse(`${m[1]}Z`);
+  if (Number.isNaN(seconds)) return undefined;
+  return BigInt(seconds) * 1_000_000n + BigInt((m[2] ?? "").padEnd(9, "0"));
+}

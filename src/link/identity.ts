@@ -1,0 +1,104 @@
+import type { MsgHdrs } from "@nats-io/nats-core";
+import type { FieldSource, LinkConfig } from "../config/types.js";
+import { RelayHeaders } from "./headers.js";
+
+/** What the relay knows about a source message before deciding anything. */
+export interface MessageIdentity {
+  /** `Nats-Msg-Id`, else `<origin-region>:<stream>:<seq>`: the same on every redelivery and restart. */
+  readonly id: string;
+  /** Region where the message was first published. */
+  readonly origin: string;
+  /** Regions the message was stored in before the destination, in hop order (source region last). */
+  readonly path: readonly string[];
+  readonly entity?: string;
+  readonly version?: number;
+}
+
+export type IdentityResult =
+  | { readonly ok: true; readonly identity: MessageIdentity }
+  | { readonly ok: false; readonly id: string; readonly reason: string };
+
+export interface SourceMessage {
+  readonly subject: string;
+  readonly headers: MsgHdrs | undefined;
+  readonly streamSequence: number;
+}
+
+/** Non-negative integer, no sign, no exponent, no leading junk: a version is never guessed. */
+const VERSION_RE = /^(0|[1-9]\d{0,15})$/;
+
+export function identify(msg: SourceMessage, link: LinkConfig): IdentityResult {
+  const h = msg.headers;
+  const sourceRegion = link.from.region;
+  const msgId = h?.get(RelayHeaders.MsgId) || "";
+  const id = msgId !== "" ? msgId : `${sourceRegion}:${link.from.stream}:${msg.streamSequence}`;
+  const origin = h?.get(RelayHeaders.Origin) || sourceRegion;
+  const priorPath = splitPath(h?.get(RelayHeaders.Path) ?? "");
+  const path = priorPath[priorPath.length - 1] === sourceRegion ? priorPath : [...priorPath, sourceRegion];
+
+  const versions = link.guard?.versions;
+  if (!versions) return { ok: true, identity: { id, origin, path } };
+  const entity = readField(msg, versions.entity);
+  if (entity === undefined || entity === "") {
+    return { ok: false, id, reason: `missing entity (${describe(versions.entity)})` };
+  }
+  const rawVersion = readField(msg, versions.version);
+  if (rawVersion === undefined || rawVersion === "") {
+    return { ok: false, id, reason: `missing version (${describe(versions.version)})` };
+  }
+  if (!VERSION_RE.test(rawVersion)) {
+    return { ok: false, id, reason: `malformed version ${JSON.stringify(rawVersion.slice(0, 32))} (${describe(versions.version)}): want a non-negative integer` };
+  }
+  return { ok: true, identity: { id, origin, path, entity, version: Number(rawVersion) } };
+}
+
+function readField(msg: SourceMessage, source: FieldSource): string | undefined {
+  if (source.kind === "header") return msg.headers?.get(source.name) || undefined;
+  return msg.subject.split(".")[source.index];
+}
+
+function describe(source: FieldSource): string {
+  return source.kind === "header" ? `header ${source.name}` : `subject token ${source.index}`;
+}
+
+function splitPath(value: string): string[] {
+  return value === "" ? [] : value.split(",").map((s) => s.trim()).filter((s) => s !== "");
+}
+
+export type RouteDecision = { readonly forward: true } | { readonly forward: false; readonly reason: string };
+
+/**
+ * Loop prevention and redundant-path suppression for meshes. A message is not forwarded when:
+ * - it originated in the destination region, or already passed through it (a loop);
+ * - it has made `maxHops` hops;
+ * - it did not originate in the source region and the mesh has a direct link from its origin to this
+ *   link's destination stream: that link delivers it, so this copy would only be absorbed as a duplicate
+ *   (MirrorMaker 2 does the same: one hop per origin when a direct route exists).
+ */
+export function route(identity: MessageIdentity, link: LinkConfig, directRoutes: ReadonlySet<string>): RouteDecision {
+  const dest = link.to.region;
+  if (identity.origin === dest) return { forward: false, reason: "originated in the destination region" };
+  if (identity.path.includes(dest)) return { forward: false, reason: "already passed through the destination region" };
+  if (identity.path.length > link.maxHops) return { forward: false, reason: `more than ${link.maxHops} hops` };
+  if (identity.origin !== link.from.region && directRoutes.has(identity.origin)) {
+    return { forward: false, reason: `a direct link from ${identity.origin} delivers it` };
+  }
+  return { forward: true };
+}
+
+/** Regions with a direct link into the same destination region and stream as `link`. */
+export function directRoutesFor(link: LinkConfig, links: readonly LinkConfig[]): ReadonlySet<string> {
+  return new Set(
+    links
+      .filter((l) => l.to.region === link.to.region && l.to.stream === link.to.stream)
+      .map((l) => l.from.region),
+  );
+}
+
+/** Applies the link's subject transform: strip a prefix when present, then add one. */
+export function transformSubject(subject: string, link: LinkConfig): string {
+  const { stripPrefix, addPrefix } = link.to.transform;
+  let out = subject;
+  if (stripPrefix && out.startsWith(stripPrefix)) out = out.slice(stripPrefix.length);
+  return addPrefix ? `${addPrefix}${out}` : out;
+}

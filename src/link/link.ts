@@ -1,0 +1,265 @@
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamManager, JsMsg } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import type { LinkConfig, RegionConfig } from "../config/types.js";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import type { Guard } from "../guard/types.js";
+import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { classifyJsError, ensureDurable } from "../nats/durable-consumer.js";
+import { JetStreamPublisher } from "../nats/publisher.js";
+import type { LinkState, RelayMetrics } from "../observability/metrics.js";
+import { BacklogProbe } from "./backlog.js";
+import type { BacklogReading } from "./backlog.js";
+import { LinkStateMachine } from "./link-state.js";
+import { Pipeline } from "./pipeline.js";
+
+export interface LinkDeps {
+  readonly config: LinkConfig;
+  /** Every link of the mesh: needed to suppress redundant paths. */
+  readonly links: readonly LinkConfig[];
+  readonly sourceRegion: RegionConfig;
+  readonly source: NatsConnection;
+  readonly dest: NatsConnection;
+  readonly guard: Guard;
+  readonly metrics: RelayMetrics;
+  readonly logger: Logger;
+  /** How often backlog and state are refreshed (ms). */
+  readonly pollIntervalMs?: number;
+}
+
+export interface LinkStatus {
+  readonly name: string;
+  readonly from: string;
+  readonly to: string;
+  readonly state: LinkState;
+  readonly stateSince: string;
+  readonly stateReason?: string;
+  readonly guard: Guard["kind"];
+  readonly inFlight: number;
+  readonly backlog?: BacklogReading;
+  readonly lastError?: { readonly code: string; readonly message: string; readonly at: string };
+}
+
+type Trouble = "source" | "dest" | "guard";
+
+/**
+ * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
+ * publishes to the destination. Lifecycle: `start()` once, `stop()` (idempotent, drains), `closed()`.
+ * Either side disconnecting, restarting or losing its stream leader is survived: the consume loop
+ * re-creates what it needs with backoff and the pipeline retries publishes in order.
+ */
+export class Link {
+  readonly name: string;
+  private readonly state: LinkStateMachine;
+  private readonly pipeline: Pipeline;
+  private readonly publisher: JetStreamPublisher;
+  private readonly abort = new AbortController();
+  private readonly troubles = new Set<Trouble>();
+  private readonly logger: Logger;
+  private readonly probe: BacklogProbe;
+  private jsm: JetStreamManager | undefined;
+  private messages: ConsumerMessages | undefined;
+  private lastError: LinkStatus["lastError"];
+  private backlog: BacklogReading | undefined;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private resolveClosed!: () => void;
+  private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
+
+  constructor(private readonly deps: LinkDeps) {
+    const { config } = deps;
+    this.name = config.name;
+    this.logger = deps.logger.child({ link: config.name });
+    this.state = new LinkStateMachine(config.name, deps.metrics, this.logger);
+    this.publisher = new JetStreamPublisher(deps.dest, config.publishTimeoutMs);
+    this.pipeline = new Pipeline({
+      link: config,
+      links: deps.links,
+      guard: deps.guard,
+      metrics: deps.metrics,
+      logger: this.logger,
+      events: {
+        publishTrouble: (err) => this.trouble("dest", err),
+        guardTrouble: (err) => this.trouble("guard", err),
+        healthy: () => this.clear("dest", "guard"),
+        halt: (err) => this.fail(err),
+      },
+    });
+    this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceNanos);
+  }
+
+  get currentState(): LinkState {
+    return this.state.state;
+  }
+
+  /** Starts the guard and the consume loop; resolves once the loop runs (not when caught up). */
+  async start(): Promise<void> {
+    if (this.running) return;
+    if (this.deps.guard.kind === "none") {
+      this.logger.info("no guard configured: duplicates beyond the destination's duplicate window are not suppressed");
+    }
+    await this.deps.guard.start();
+    this.pipeline.setPublisher(this.publisher);
+    this.watchConnection(this.deps.source, "source");
+    this.watchConnection(this.deps.dest, "dest");
+    this.running = this.consumeLoop().catch((err: unknown) => this.fail(toRelayError(err)));
+    this.schedulePoll();
+  }
+
+  /**
+   * Stops pulling, lets in-flight messages finish publish → commit → ack until `signal` aborts, then
+   * releases what is left (it stays unacked at the source and is redelivered). Idempotent.
+   */
+  stop(signal?: AbortSignal): Promise<void> {
+    this.stopping ??= this.doStop(signal);
+    return this.stopping;
+  }
+
+  closed(): Promise<void> {
+    return this.closedPromise;
+  }
+
+  status(): LinkStatus {
+    const c = this.deps.config;
+    return {
+      name: c.name,
+      from: `${c.from.region}/${c.from.stream}`,
+      to: `${c.to.region}/${c.to.stream}`,
+      state: this.state.state,
+      stateSince: new Date(this.state.sinceMs).toISOString(),
+      ...(this.state.reason ? { stateReason: this.state.reason } : {}),
+      guard: this.deps.guard.kind,
+      inFlight: this.pipeline.size,
+      ...(this.backlog ? { backlog: this.backlog } : {}),
+      ...(this.lastError ? { lastError: this.lastError } : {}),
+    };
+  }
+
+  private async doStop(signal?: AbortSignal): Promise<void> {
+    this.abort.abort();
+    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.messages?.stop();
+    await this.running;
+    await this.pipeline.drained(signal);
+    if (this.pipeline.size > 0) this.logger.warn({ left: this.pipeline.size }, "grace period over: leaving messages unacked");
+    await this.pipeline.abandon();
+    this.publisher.close();
+    await this.deps.guard.stop();
+    this.state.set("stopped", "relay stopping");
+    this.resolveClosed();
+  }
+
+  private async consumeLoop(): Promise<void> {
+    const { config, source } = this.deps;
+    const backoff = new Backoff(250, 5_000);
+    const domain = this.deps.sourceRegion.domain;
+    const js = jetstream(source, domain ? { domain } : {});
+    while (!this.abort.signal.aborted) {
+      try {
+        this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
+        await ensureDurable(this.jsm, config);
+        const consumer = await js.consumers.get(config.from.stream, config.durableName);
+        if (this.abort.signal.aborted) return;
+        const messages = await consumer.consume({
+          max_messages: config.batchSize,
+          callback: (m: JsMsg) => this.onMessage(m),
+        });
+        this.messages = messages;
+        backoff.reset();
+        this.clear("source");
+        void this.watchConsumer(messages);
+        await messages.closed();
+      } catch (err) {
+        if (this.abort.signal.aborted) return;
+        const relayErr = classifyJsError(err, `link ${config.name}: source ${config.from.region}/${config.from.stream}`);
+        if (relayErr.code === ErrorCodes.CONFIG_INVALID) throw relayErr;
+        this.trouble("source", relayErr);
+        await sleep(backoff.next(), this.abort.signal);
+      }
+    }
+  }
+
+  private onMessage(m: JsMsg): void {
+    if (this.troubles.has("source")) this.clear("source");
+    try {
+      this.pipeline.push(m);
+    } catch (err) {
+      this.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
+    }
+  }
+
+  /** Consumer notifications: a consumer or stream that vanished is re-created by the loop. */
+  private async watchConsumer(messages: ConsumerMessages): Promise<void> {
+    for await (const s of messages.status()) {
+      if (s.type === "consumer_deleted" || s.type === "consumer_not_found" || s.type === "stream_not_found") {
+        this.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source ${s.type.replace(/_/g, " ")}`));
+        messages.stop();
+      } else if (s.type === "heartbeats_missed" && s.count >= 2) {
+        this.trouble("source", new RelayError(ErrorCodes.NATS_CONNECT, "source heartbeats missed"));
+      }
+    }
+  }
+
+  private watchConnection(nc: NatsConnection, side: "source" | "dest"): void {
+    void (async () => {
+      for await (const s of nc.status()) {
+        if (this.abort.signal.aborted) return;
+        if (s.type === "disconnect") this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
+        if (s.type === "reconnect" && side === "dest") this.clear("dest");
+      }
+    })().catch((err: unknown) => this.logger.warn({ err: toRelayError(err).message }, "status watcher ended"));
+  }
+
+  private schedulePoll(): void {
+    if (this.abort.signal.aborted) return;
+    this.pollTimer = setTimeout(() => {
+      this.probe
+        .read()
+        .then((reading) => {
+          this.backlog = reading;
+          const labels = { link: this.name };
+          this.deps.metrics.backlogMessages.set(labels, reading.messages);
+          this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
+          if (this.troubles.has("source")) this.clear("source");
+          this.refreshState();
+        })
+        .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed"))
+        .finally(() => this.schedulePoll());
+    }, this.deps.pollIntervalMs ?? 1_000);
+    this.pollTimer.unref();
+  }
+
+  private trouble(kind: Trouble, err: RelayError): void {
+    this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+    // The pipeline counts its own publish and guard errors; the link counts the source side's.
+    if (kind === "source") this.deps.metrics.errors.inc({ link: this.name, code: err.code });
+    if (!this.troubles.has(kind)) this.logger.warn({ side: kind, code: err.code, err: err.message }, "link trouble");
+    this.troubles.add(kind);
+    this.refreshState();
+  }
+
+  private clear(...kinds: Trouble[]): void {
+    for (const k of kinds) this.troubles.delete(k);
+    this.refreshState();
+  }
+
+  /** The state follows from the troubles and the backlog; `failed`/`stopped` are final. */
+  private refreshState(): void {
+    if (this.abort.signal.aborted) return;
+    const reason = this.lastError?.message;
+    if (this.troubles.has("guard")) return this.state.set("paused", reason);
+    if (this.troubles.size > 0) return this.state.set("recovering", reason);
+    if (!this.backlog) return;
+    this.state.set(this.backlog.pending > this.deps.config.inFlight ? "catching-up" : "live");
+  }
+
+  private fail(err: RelayError): void {
+    this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+    this.logger.error({ code: err.code, err: err.message }, "link failed");
+    this.state.set("failed", err.message);
+    this.abort.abort();
+    this.messages?.stop();
+  }
+}

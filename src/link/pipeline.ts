@@ -1,0 +1,419 @@
+import type { JsMsg } from "@nats-io/jetstream";
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import type { ClaimResult, Guard } from "../guard/types.js";
+import { Backoff } from "../lifecycle/backoff.js";
+import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
+import type { MessageOutcome, RelayMetrics } from "../observability/metrics.js";
+import type { Entry } from "./entry.js";
+import { newEntry, stripSet, toDeadLetter } from "./entry.js";
+import { directRoutesFor, identify, route } from "./identity.js";
+
+/** What the pipeline tells its link, so the link can change state; never throws back. */
+export interface PipelineEvents {
+  /** A destination publish failed and the pipeline rolled back; it retries by itself. */
+  publishTrouble(err: RelayError): void;
+  /** The guard could not be reached; nothing is published or acked until it can. */
+  guardTrouble(err: RelayError): void;
+  /** A publish and, with a guard, a commit went through again after trouble. */
+  healthy(): void;
+  /** A message cannot be handled under the link's policy (`onBadMessage: halt`). */
+  halt(err: RelayError): void;
+}
+
+export interface PipelineDeps {
+  readonly link: LinkConfig;
+  readonly links: readonly LinkConfig[];
+  readonly guard: Guard;
+  readonly metrics: RelayMetrics;
+  readonly logger: Logger;
+  readonly events: PipelineEvents;
+}
+
+/**
+ * The ordered, bounded in-flight pipeline of one link (DESIGN §2):
+ * identity → loop filter → guard.claim (one round trip per batch) → publish(Nats-Msg-Id) pipelined in
+ * source order → PubAck → guard.commit (one round trip per batch) → ack at the source.
+ *
+ * Source order is kept in the destination: entries are published strictly in arrival order, and a
+ * failed publish rolls the publish cursor back to it, so it and everything after it that has no PubAck
+ * yet is published again in order (what did land is absorbed by broker dedup). A message is acked at
+ * the source only after its PubAck (and commit), or after it was suppressed as a counted correction, or
+ * parked on the dead-letter subject.
+ */
+export class Pipeline {
+  private readonly entries: Entry[] = [];
+  private readonly bySeq = new Map<number, Entry>();
+  private readonly strip: ReadonlySet<string>;
+  private readonly directRoutes: ReadonlySet<string>;
+  private readonly label: { link: string };
+  private readonly publishBackoff = new Backoff(100, 5_000);
+  private readonly guardBackoff = new Backoff(100, 5_000);
+  private publisher: JetStreamPublisher | undefined;
+  private publishPos = 0; // index into entries of the next entry that may need publishing
+  private publishBlockedUntil = 0;
+  private claimInFlight = false;
+  private commitInFlight = false;
+  private guardBlockedUntil = 0;
+  private pumpScheduled = false;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private troubled = false;
+  private halted = false;
+  private drainWaiters: (() => void)[] = [];
+
+  constructor(private readonly deps: PipelineDeps) {
+    this.strip = stripSet(deps.link);
+    this.directRoutes = directRoutesFor(deps.link, deps.links);
+    this.label = { link: deps.link.name };
+  }
+
+  /** Messages between receive and ack. */
+  get size(): number {
+    return this.bySeq.size;
+  }
+
+  /** Publish time (ns) of the oldest message not yet acked, if any. */
+  get oldestSourceNanos(): bigint | undefined {
+    return this.entries.find((e) => e.state !== "done")?.sourceNanos;
+  }
+
+  /** The destination side: set when it connects, cleared when it goes away (publishing waits). */
+  setPublisher(publisher: JetStreamPublisher | undefined): void {
+    this.publisher = publisher;
+    if (!publisher) this.rollback(0, new RelayError(ErrorCodes.PUBLISH_FAILED, "destination disconnected"));
+    this.schedule();
+  }
+
+  push(msg: JsMsg): void {
+    if (this.halted) return; // left unacked: redelivered when the link runs again
+    const seq = msg.info.streamSequence;
+    const known = this.bySeq.get(seq);
+    if (known) {
+      known.deliveries.push(msg); // a redelivery while we still hold it: ack both when done
+      return;
+    }
+    const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link);
+    if (!result.ok) {
+      this.badMessage(msg, result.id, result.reason);
+      return;
+    }
+    const decision = route(result.identity, this.deps.link, this.directRoutes);
+    if (!decision.forward) {
+      this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
+      msg.ack();
+      this.count("loop");
+      return;
+    }
+    const entry = newEntry(msg, result.identity, this.deps.link, this.strip);
+    if (this.deps.guard.kind === "none") entry.state = "ready";
+    this.append(entry);
+  }
+
+  /** Resolves when every entry has left the pipeline (or `signal` aborts). */
+  async drained(signal?: AbortSignal): Promise<void> {
+    if (this.bySeq.size === 0) return;
+    await new Promise<void>((resolve) => {
+      this.drainWaiters.push(resolve);
+      signal?.addEventListener("abort", () => resolve(), { once: true });
+    });
+  }
+
+  /** Releases claims of what was not published and forgets everything (it stays unacked at the source). */
+  async abandon(): Promise<void> {
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const claimed = this.entries.filter((e) => e.token !== undefined && (e.state === "ready" || e.state === "publishing"));
+    this.entries.length = 0;
+    this.bySeq.clear();
+    this.publishPos = 0;
+    for (const entry of claimed) entry.state = "done";
+    if (claimed.length > 0) {
+      await this.deps.guard.release(claimed.map(claimedItem)).catch((err: unknown) => {
+        this.deps.logger.warn({ err: toRelayError(err).message }, "could not release claims on stop; they expire by TTL");
+      });
+    }
+    this.notifyDrained();
+  }
+
+  private append(entry: Entry): void {
+    this.entries.push(entry);
+    this.bySeq.set(entry.seq, entry);
+    this.schedule();
+  }
+
+  private badMessage(msg: JsMsg, id: string, reason: string): void {
+    const policy = this.deps.link.badMessage;
+    const err = new RelayError(ErrorCodes.BAD_MESSAGE, `link ${this.deps.link.name}: message ${id} (source seq ${msg.info.streamSequence}): ${reason}`);
+    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    if (policy.action === "halt") {
+      this.halted = true;
+      this.deps.events.halt(err);
+      return;
+    }
+    this.deps.logger.warn({ id, seq: msg.info.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
+    const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.deps.link, this.strip);
+    toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
+    this.append(entry);
+  }
+
+  private schedule(): void {
+    if (this.pumpScheduled) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
+  }
+
+  private scheduleAt(until: number): void {
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.schedule();
+    }, Math.max(0, until - Date.now()));
+  }
+
+  private pump(): void {
+    if (this.halted) return;
+    this.claimNext();
+    this.publishReady();
+    this.commitNext();
+    this.trim();
+  }
+
+  // ---- guard claim: one round trip per batch, batches in arrival order -------------------------------
+  private claimNext(): void {
+    if (this.claimInFlight || Date.now() < this.guardBlockedUntil) return;
+    const batch: Entry[] = [];
+    for (const e of this.entries) {
+      if (e.state === "claim") batch.push(e);
+      if (batch.length >= this.deps.link.batchSize) break;
+    }
+    if (batch.length === 0) return;
+    this.claimInFlight = true;
+    const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
+    this.deps.guard
+      .claim(batch.map((e) => e.identity))
+      .then((results) => {
+        end();
+        this.guardRecovered();
+        batch.forEach((e, i) => this.applyClaim(e, results[i]));
+      })
+      .catch((err: unknown) => this.guardFailed(err))
+      .finally(() => {
+        this.claimInFlight = false;
+        this.schedule();
+      });
+  }
+
+  private applyClaim(entry: Entry, result: ClaimResult | undefined): void {
+    if (entry.state !== "claim") return; // abandoned meanwhile
+    const decision = result?.decision ?? "in-flight";
+    this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
+    switch (decision) {
+      case "relay":
+        entry.token = result?.token;
+        entry.state = "ready";
+        return;
+      case "duplicate":
+        this.deps.metrics.corrections.inc({ ...this.label, kind: "guard_duplicate" });
+        this.finish(entry, "duplicate");
+        return;
+      case "stale":
+        this.deps.metrics.corrections.inc({ ...this.label, kind: "stale_version" });
+        this.finish(entry, "stale");
+        return;
+      case "in-flight":
+        // Another relay holds the claim: leave it to that relay, look again after its claim could expire.
+        for (const d of entry.deliveries) d.nak(this.deps.link.ackWaitMs);
+        this.remove(entry);
+        return;
+    }
+  }
+
+  // ---- publish: strictly in arrival order, rolled back on failure ------------------------------------
+  private publishReady(): void {
+    const publisher = this.publisher;
+    if (!publisher || Date.now() < this.publishBlockedUntil) return;
+    while (this.publishPos < this.entries.length) {
+      const entry = this.entries[this.publishPos];
+      if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
+      this.publishPos++;
+      if (entry.state !== "ready") continue;
+      entry.state = "publishing";
+      const attempt = ++entry.attempt;
+      entry.publishStartedAt = performance.now();
+      publisher.publish(entry.subject, entry.data, entry.headers, (err, ack) => this.onPubAck(entry, attempt, err, ack));
+    }
+  }
+
+  private onPubAck(entry: Entry, attempt: number, err: RelayError | null, ack: PubAck | null): void {
+    if (entry.state !== "publishing" && entry.state !== "ready") return;
+    if (ack) {
+      // A success is a success whatever attempt it answers: the message is in the stream.
+      entry.state = "published";
+      this.deps.metrics.publishDuration.observe(this.label, (performance.now() - entry.publishStartedAt) / 1000);
+      if (ack.duplicate) {
+        this.deps.metrics.corrections.inc({ ...this.label, kind: "broker_duplicate" });
+        this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
+      }
+      entry.brokerDuplicate = ack.duplicate;
+      this.publishRecovered();
+      this.schedule();
+      return;
+    }
+    if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
+    const index = this.entries.indexOf(entry);
+    if (err.code === ErrorCodes.PUBLISH_REJECTED && entry.deadLetterReason === undefined) {
+      const policy = this.deps.link.badMessage;
+      this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+      if (policy.action === "halt") {
+        this.halted = true;
+        this.deps.events.halt(err);
+        return;
+      }
+      this.deps.logger.warn({ id: entry.identity.id, seq: entry.seq, reason: err.message }, "destination rejected message: dead-lettering");
+      toDeadLetter(entry, policy.subject, this.deps.link.name, err.message);
+      this.publishPos = Math.min(this.publishPos, index);
+      this.schedule();
+      return;
+    }
+    this.rollback(index, err);
+  }
+
+  /** Everything from `index` on that has no PubAck is published again, in order, after a backoff. */
+  private rollback(index: number, err: RelayError): void {
+    let rolled = 0;
+    for (let i = Math.max(0, index); i < this.entries.length; i++) {
+      const e = this.entries[i];
+      if (e?.state === "publishing") {
+        e.state = "ready";
+        e.attempt++;
+        rolled++;
+      }
+    }
+    this.publishPos = Math.min(this.publishPos, Math.max(0, index));
+    if (rolled === 0 && index !== 0) return;
+    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.troubled = true;
+    this.publishBlockedUntil = Date.now() + this.publishBackoff.next();
+    this.scheduleAt(this.publishBlockedUntil);
+    if (rolled > 0) this.deps.logger.warn({ code: err.code, err: err.message, rolledBack: rolled }, "publish failed; retrying in order");
+    this.deps.events.publishTrouble(err);
+  }
+
+  // ---- commit then ack ---------------------------------------------------------------------------------
+  private commitNext(): void {
+    if (this.deps.guard.kind === "none") {
+      for (const e of this.entries) if (e.state === "published") this.finish(e, this.outcomeOf(e));
+      return;
+    }
+    if (this.commitInFlight || Date.now() < this.guardBlockedUntil) return;
+    const batch: Entry[] = [];
+    for (const e of this.entries) {
+      if (e.state === "published") batch.push(e);
+      if (batch.length >= this.deps.link.batchSize) break;
+    }
+    if (batch.length === 0) return;
+    this.commitInFlight = true;
+    for (const e of batch) e.state = "committing";
+    const withTokens = batch.filter((e) => e.token !== undefined);
+    const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
+    this.deps.guard
+      .commit(withTokens.map(claimedItem))
+      .then(() => {
+        end();
+        this.guardRecovered();
+        for (const e of batch) this.finish(e, this.outcomeOf(e));
+      })
+      .catch((err: unknown) => {
+        // Already in the destination: keep it, commit again when the guard is back, then ack.
+        for (const e of batch) if (e.state === "committing") e.state = "published";
+        this.guardFailed(err);
+      })
+      .finally(() => {
+        this.commitInFlight = false;
+        this.schedule();
+      });
+  }
+
+  private outcomeOf(entry: Entry): MessageOutcome {
+    if (entry.deadLetterReason !== undefined) return "dead_lettered";
+    return entry.brokerDuplicate ? "duplicate" : "relayed";
+  }
+
+  private finish(entry: Entry, outcome: MessageOutcome): void {
+    for (const d of entry.deliveries) d.ack();
+    this.count(outcome);
+    if (outcome === "relayed") {
+      const ageSeconds = Number(BigInt(Date.now()) * 1_000_000n - entry.sourceNanos) / 1e9;
+      this.deps.metrics.replayAge.observe(this.label, Math.max(0, ageSeconds));
+    }
+    this.remove(entry);
+  }
+
+  private remove(entry: Entry): void {
+    entry.state = "done";
+    this.bySeq.delete(entry.seq);
+    if (this.bySeq.size === 0) this.notifyDrained();
+  }
+
+  /** Drops finished entries from the front so indexes stay small. */
+  private trim(): void {
+    let n = 0;
+    while (n < this.entries.length && this.entries[n]?.state === "done") n++;
+    if (n === 0) return;
+    this.entries.splice(0, n);
+    this.publishPos = Math.max(0, this.publishPos - n);
+  }
+
+  private guardFailed(err: unknown): void {
+    const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
+    this.deps.metrics.errors.inc({ ...this.label, code: relayErr.code });
+    this.troubled = true;
+    this.guardBlockedUntil = Date.now() + this.guardBackoff.next();
+    this.scheduleAt(this.guardBlockedUntil);
+    this.deps.events.guardTrouble(relayErr);
+  }
+
+  private guardRecovered(): void {
+    this.guardBackoff.reset();
+    this.recovered();
+  }
+
+  private publishRecovered(): void {
+    this.publishBackoff.reset();
+    this.recovered();
+  }
+
+  private recovered(): void {
+    if (!this.troubled) return;
+    this.troubled = false;
+    this.deps.events.healthy();
+  }
+
+  private count(outcome: MessageOutcome): void {
+    this.deps.metrics.messages.inc({ ...this.label, outcome });
+  }
+
+  private debug(decision: string, id: string, extra: Record<string, unknown>): void {
+    if (!this.deps.logger.isLevelEnabled("debug")) return;
+    const entry = this.bySeqForId(id);
+    this.deps.logger.debug({ decision, id, entity: entry?.identity.entity, version: entry?.identity.version, ...extra }, "decision");
+  }
+
+  private bySeqForId(id: string): Entry | undefined {
+    for (const e of this.bySeq.values()) if (e.identity.id === id) return e;
+    return undefined;
+  }
+
+  private notifyDrained(): void {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const w of waiters) w();
+  }
+}
+
+function claimedItem(e: Entry) {
+  return { id: e.identity.id, entity: e.identity.entity, version: e.identity.version, token: e.token ?? "" };
+}

@@ -1,0 +1,92 @@
+import { readFile } from "node:fs/promises";
+import { connect } from "@nats-io/transport-node";
+import { credsAuthenticator, errors, nkeyAuthenticator } from "@nats-io/nats-core";
+import type { ConnectionOptions, NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import type { RegionConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+import { sleep } from "../lifecycle/backoff.js";
+
+export interface RegionConnectOptions {
+  /** Connection name shown in the server's connz: `jetstream-relay/<relay region>/<role>`. */
+  readonly name: string;
+  readonly logger: Logger;
+  /** Reject if the first connect does not succeed within this many ms (0 = keep trying forever). */
+  readonly firstConnectTimeoutMs?: number;
+  readonly signal?: AbortSignal;
+}
+
+async function authOptions(region: RegionConfig): Promise<Partial<ConnectionOptions>> {
+  const auth = region.auth;
+  if (!auth) return {};
+  switch (auth.kind) {
+    case "token":
+      return { token: auth.token };
+    case "user":
+      return { user: auth.user, pass: auth.password };
+    case "creds":
+      return { authenticator: credsAuthenticator(await readFile(auth.credsFile)) };
+    case "nkey": {
+      const seed = (await readFile(auth.seedFile, "utf8")).trim();
+      return { authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)) };
+    }
+  }
+}
+
+/**
+ * Connects to a region with infinite reconnects: a region that goes away is waited for, never given up on.
+ * The first connect is retried with backoff until it works, `firstConnectTimeoutMs` passes or `signal`
+ * aborts. Auth failures reject at once (NATS_AUTH); errors never carry credentials.
+ */
+export async function connectRegion(region: RegionConfig, opts: RegionConnectOptions): Promise<NatsConnection> {
+  const options: ConnectionOptions = {
+    servers: [...region.servers],
+    name: opts.name,
+    reconnect: true,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 500,
+    reconnectJitter: 250,
+    pingInterval: 10_000,
+    maxPingOut: 3,
+    timeout: 5_000,
+    ...(await authOptions(region)),
+  };
+  if (region.tls) {
+    options.tls = {
+      ...(region.tls.caFile ? { caFile: region.tls.caFile } : {}),
+      ...(region.tls.certFile ? { certFile: region.tls.certFile } : {}),
+      ...(region.tls.keyFile ? { keyFile: region.tls.keyFile } : {}),
+    };
+  }
+  const deadline = opts.firstConnectTimeoutMs ? Date.now() + opts.firstConnectTimeoutMs : Infinity;
+  let delay = 250;
+  for (;;) {
+    try {
+      const nc = await connect(options);
+      opts.logger.info({ region: region.name, server: nc.getServer() }, "connected to region");
+      return nc;
+    } catch (err) {
+      const classified = classifyConnectError(region, err);
+      if (!classified.isRetryable() || Date.now() + delay > deadline || opts.signal?.aborted) throw classified;
+      opts.logger.warn({ region: region.name, code: classified.code, err: classified.message }, "region not reachable yet; retrying");
+      await sleep(delay, opts.signal);
+      delay = Math.min(delay * 2, 5_000);
+    }
+  }
+}
+
+export function classifyConnectError(region: RegionConfig, err: unknown): RelayError {
+  const servers = region.servers.map(stripCredentials).join(", ");
+  if (err instanceof errors.AuthorizationError || err instanceof errors.UserAuthenticationExpiredError) {
+    return new RelayError(ErrorCodes.NATS_AUTH, `region ${region.name} (${servers}): authorization rejected`, {
+      cause: err,
+    });
+  }
+  const reason = err instanceof Error ? err.message : String(err);
+  return new RelayError(ErrorCodes.NATS_CONNECT, `region ${region.name} (${servers}): ${reason}`, { cause: err });
+}
+
+/** `nats://user:pass@host:4222` → `nats://host:4222`: server URLs may embed credentials. */
+export function stripCredentials(url: string): string {
+  return url.replace(/\/\/[^@/]*@/, "//");
+}

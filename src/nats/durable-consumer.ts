@@ -1,0 +1,72 @@
+import { AckPolicy, DeliverPolicy, JetStreamApiCodes, JetStreamApiError, ReplayPolicy } from "@nats-io/jetstream";
+import type { ConsumerConfig, ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
+import { nanos } from "@nats-io/nats-core";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+
+/** The source cursor of a link (DESIGN §2.1): its ack floor advances only after the destination has it. */
+export function durableConfig(link: LinkConfig): Partial<ConsumerConfig> & { durable_name: string } {
+  return {
+    durable_name: link.durableName,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    replay_policy: ReplayPolicy.Instant,
+    max_deliver: -1,
+    ack_wait: nanos(link.ackWaitMs),
+    max_ack_pending: link.inFlight,
+    max_waiting: 512,
+    description: `jetstream-relay link ${link.name}`,
+    ...(link.from.filterSubject ? { filter_subject: link.from.filterSubject } : {}),
+  };
+}
+
+/**
+ * Creates the link's durable pull consumer, or brings an existing one to the link's settings. Safe to call
+ * on every start and from several relays at once. A filter change on an existing consumer is refused
+ * (it would move the cursor): the error says how to proceed.
+ */
+export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Promise<ConsumerInfo> {
+  const want = durableConfig(link);
+  const stream = link.from.stream;
+  try {
+    let info: ConsumerInfo | undefined;
+    try {
+      info = await jsm.consumers.info(stream, link.durableName);
+    } catch (err) {
+      if (!isApiCode(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+    }
+    if (!info) return await jsm.consumers.add(stream, want);
+    const have = info.config;
+    if ((have.filter_subject ?? "") !== (want.filter_subject ?? "")) {
+      throw new RelayError(
+        ErrorCodes.CONFIG_INVALID,
+        `link ${link.name}: durable ${link.durableName} on stream ${stream} filters "${have.filter_subject ?? ""}" but the link says "${want.filter_subject ?? ""}"; delete the consumer or choose another durable name`,
+      );
+    }
+    if (have.ack_wait !== want.ack_wait || have.max_ack_pending !== want.max_ack_pending || have.max_deliver !== -1) {
+      return await jsm.consumers.update(stream, link.durableName, {
+        ack_wait: want.ack_wait,
+        max_ack_pending: want.max_ack_pending,
+        max_deliver: -1,
+        description: want.description,
+      });
+    }
+    return info;
+  } catch (err) {
+    throw classifyJsError(err, `link ${link.name}: source stream ${stream} in region ${link.from.region}`);
+  }
+}
+
+export function isApiCode(err: unknown, code: number): boolean {
+  return err instanceof JetStreamApiError && err.code === code;
+}
+
+/** JetStream API failures by code: a missing stream is STREAM_NOT_FOUND, everything else JETSTREAM_API. */
+export function classifyJsError(err: unknown, where: string): RelayError {
+  if (err instanceof RelayError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  if (isApiCode(err, JetStreamApiCodes.StreamNotFound)) {
+    return new RelayError(ErrorCodes.STREAM_NOT_FOUND, `${where}: stream not found`, { cause: err });
+  }
+  return new RelayError(ErrorCodes.JETSTREAM_API, `${where}: ${message}`, { cause: err });
+}

@@ -1,0 +1,77 @@
+import { createServer } from "node:http";
+import type { IncomingMessage, Server, ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Registry } from "prom-client";
+
+export interface HttpDeps {
+  readonly host: string;
+  readonly port: number;
+  readonly registry: Registry;
+  /** JSON-safe status of the relay: must never contain a secret. */
+  readonly status: () => unknown;
+  /** Ready when every link is `live` or `catching-up`. */
+  readonly ready: () => { ready: boolean; reasons: string[] };
+}
+
+/**
+ * `/metrics` (Prometheus text), `/healthz` (process liveness), `/readyz` (503 until every link moves
+ * messages), `/status` (JSON per link). Lifecycle: `start()` resolves with the bound port, `stop()` is
+ * idempotent.
+ */
+export class HttpServer {
+  private server: Server | undefined;
+  private stopping: Promise<void> | undefined;
+
+  constructor(private readonly deps: HttpDeps) {}
+
+  async start(): Promise<number> {
+    const server = createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => {
+        res.statusCode = 500;
+        res.end(err instanceof Error ? err.message : "internal error");
+      });
+    });
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once("error", reject);
+      server.listen(this.deps.port, this.deps.host, () => resolve());
+    });
+    return (server.address() as AddressInfo).port;
+  }
+
+  stop(): Promise<void> {
+    this.stopping ??= new Promise<void>((resolve) => {
+      if (!this.server) return resolve();
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+    return this.stopping;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0];
+    switch (path) {
+      case "/metrics": {
+        const body = await this.deps.registry.metrics();
+        res.writeHead(200, { "content-type": this.deps.registry.contentType });
+        res.end(body);
+        return;
+      }
+      case "/healthz":
+        return json(res, 200, { ok: true });
+      case "/readyz": {
+        const r = this.deps.ready();
+        return json(res, r.ready ? 200 : 503, r);
+      }
+      case "/status":
+        return json(res, 200, this.deps.status());
+      default:
+        return json(res, 404, { error: `no such endpoint ${path}; try /metrics /healthz /readyz /status` });
+    }
+  }
+}
+
+function json(res: ServerResponse, code: number, body: unknown): void {
+  res.writeHead(code, { "content-type": "application/json" });
+  res.end(JSON.stringify(body, null, 2));
+}

@@ -1,0 +1,60 @@
+import { pino } from "pino";
+import type { Logger, LevelWithSilent } from "pino";
+
+/** Paths redacted wherever they appear in a logged object, whatever the value. */
+const REDACT_PATHS = [
+  "password",
+  "pass",
+  "token",
+  "*.password",
+  "*.pass",
+  "*.token",
+  "*.*.password",
+  "*.*.token",
+  "auth",
+  "*.auth",
+];
+
+export interface LoggerOptions {
+  readonly level: LevelWithSilent;
+  /** Secret values (passwords, tokens): replaced by [redacted] in every string that is logged. */
+  readonly secrets?: readonly string[];
+  /** Where to write (default stdout). Tests pass a stream to inspect output. */
+  readonly destination?: NodeJS.WritableStream;
+  /** Pretty output; by default only when stdout is a TTY. */
+  readonly pretty?: boolean;
+}
+
+/**
+ * The relay's root logger: JSON lines, secrets redacted by key and scrubbed by value (an error message
+ * from a client library could quote a URL with a password in it). Components take child loggers.
+ */
+export function createLogger(opts: LoggerOptions): Logger {
+  const secrets = (opts.secrets ?? []).filter((s) => s.length >= 4);
+  const scrub = (value: unknown, depth = 0): unknown => {
+    if (typeof value === "string") {
+      let out = value;
+      for (const s of secrets) if (out.includes(s)) out = out.split(s).join("[redacted]");
+      return out;
+    }
+    if (depth > 4 || value === null || typeof value !== "object") return value;
+    if (value instanceof Error) return scrub({ type: value.name, message: value.message, stack: value.stack }, depth + 1);
+    if (Array.isArray(value)) return value.map((v) => scrub(v, depth + 1));
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value)) out[k] = scrub(v, depth + 1);
+    return out;
+  };
+  const pretty = opts.pretty ?? (process.stdout.isTTY === true && !opts.destination);
+  const options = {
+    level: opts.level,
+    base: { service: "jetstream-relay" },
+    redact: { paths: REDACT_PATHS, censor: "[redacted]" },
+    hooks: {
+      logMethod(this: Logger, args: Parameters<Logger["info"]>, method: (...a: unknown[]) => void) {
+        method.apply(this, secrets.length > 0 ? args.map((a) => scrub(a)) : args);
+      },
+    },
+  };
+  if (pretty) return pino({ ...options, transport: { target: "pino-pretty", options: { colorize: true } } });
+  return opts.destination ? pino(options, opts.destination) : pino(options);
+}

@@ -1,0 +1,128 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+/** Every state a link can be in (DESIGN §5). One gauge series per state, 1 for the current one. */
+export const LINK_STATES = [
+  "starting",
+  "catching-up",
+  "live",
+  "recovering",
+  "paused",
+  "resyncing",
+  "stopped",
+  "failed",
+] as const;
+export type LinkState = (typeof LINK_STATES)[number];
+
+export const MESSAGE_OUTCOMES = ["relayed", "duplicate", "stale", "loop", "dead_lettered"] as const;
+export type MessageOutcome = (typeof MESSAGE_OUTCOMES)[number];
+
+export const CORRECTION_KINDS = ["broker_duplicate", "guard_duplicate", "stale_version"] as const;
+export type CorrectionKind = (typeof CORRECTION_KINDS)[number];
+
+/** 1 ms … 1 day, roughly ×4 apart: replay age spans live traffic and day-long outages. */
+export const REPLAY_AGE_BUCKETS = [
+  0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400,
+];
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/**
+ * All relay metrics, registered on a Registry owned by one relay (no global registry: several relays
+ * may run in one process). Labels are low-cardinality only: never subjects or message ids.
+ */
+export function createMetrics(registry: Registry = new Registry(), opts: { defaultMetrics?: boolean } = {}) {
+  if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: "relay_process_" });
+  const registers = [registry];
+  return {
+    registry,
+    messages: new Counter({
+      name: "relay_messages_total",
+      help: "Messages that left the link's pipeline, by outcome (relayed|duplicate|stale|loop|dead_lettered)",
+      labelNames: ["link", "outcome"] as const,
+      registers,
+    }),
+    corrections: new Counter({
+      name: "relay_corrections_total",
+      help: "Duplicates and stale versions suppressed, by kind (broker_duplicate|guard_duplicate|stale_version)",
+      labelNames: ["link", "kind"] as const,
+      registers,
+    }),
+    replayAge: new Histogram({
+      name: "relay_replay_age_seconds",
+      help: "now - source publish time of every relayed message",
+      labelNames: ["link"] as const,
+      buckets: REPLAY_AGE_BUCKETS,
+      registers,
+    }),
+    backlogAge: new Gauge({
+      name: "relay_backlog_age_seconds",
+      help: "Age of the oldest source message not yet relayed (0 when caught up)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    backlogMessages: new Gauge({
+      name: "relay_backlog_messages",
+      help: "Source messages not yet relayed: consumer pending + ack pending",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    publishDuration: new Histogram({
+      name: "relay_publish_duration_seconds",
+      help: "Destination publish to PubAck",
+      labelNames: ["link"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    guardDuration: new Histogram({
+      name: "relay_guard_duration_seconds",
+      help: "One guard round trip (a claim or a commit batch)",
+      labelNames: ["link", "op"] as const,
+      buckets: LATENCY_BUCKETS,
+      registers,
+    }),
+    gapMessages: new Counter({
+      name: "relay_gap_messages_total",
+      help: "Source messages deleted by retention before the link relayed them",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    resyncs: new Counter({
+      name: "relay_resyncs_total",
+      help: "Full resyncs started, by reason",
+      labelNames: ["link", "reason"] as const,
+      registers,
+    }),
+    errors: new Counter({
+      name: "relay_errors_total",
+      help: "Errors by stable code (see README: Error codes)",
+      labelNames: ["link", "code"] as const,
+      registers,
+    }),
+    recoveries: new Counter({
+      name: "relay_recoveries_total",
+      help: "Recovery episodes (a side disconnected or the link paused, until caught up again)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    recoveryDuration: new Histogram({
+      name: "relay_recovery_seconds",
+      help: "Duration of a recovery episode, from disconnect to caught up",
+      labelNames: ["link"] as const,
+      buckets: REPLAY_AGE_BUCKETS,
+      registers,
+    }),
+    linkState: new Gauge({
+      name: "relay_link_state",
+      help: "1 for the link's current state, 0 for the others",
+      labelNames: ["link", "state"] as const,
+      registers,
+    }),
+    linkUp: new Gauge({
+      name: "relay_link_up",
+      help: "1 when both sides of the link are connected and the link moves messages",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+  };
+}
+
+export type RelayMetrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,129 @@
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { parseConfigText } from "../../src/config/load.js";
+import { createLogger } from "../../src/observability/logger.js";
+import { Relay } from "../../src/relay.js";
+import { HttpServer } from "../../src/observability/http-server.js";
+import { check } from "./check.js";
+
+export const REPO_ROOT = new URL("../..", import.meta.url).pathname;
+
+/** Collects JSON log lines in memory (tests assert on data, but secrets checks read logs). */
+export class LogSink extends Writable {
+  readonly lines: string[] = [];
+  override _write(chunk: Buffer, _enc: string, cb: () => void): void {
+    this.lines.push(...chunk.toString().split("\n").filter((l) => l !== ""));
+    cb();
+  }
+  text(): string {
+    return this.lines.join("\n");
+  }
+}
+
+/** An in-process relay with its own registry and logger, stopped when the test ends. */
+export async function startRelay(
+  t: { after(fn: () => unknown): void },
+  yamlText: string,
+  region: string,
+  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn" } = {},
+) {
+  const config = parseConfigText(yamlText, "test.yaml", { ...process.env, ...opts.env });
+  const logs = new LogSink();
+  const logger = createLogger({ level: opts.level ?? "info", destination: logs, secrets: [] });
+  const relay = new Relay(config, region, { logger, pollIntervalMs: 250 });
+  let http: HttpServer | undefined;
+  let url = "";
+  if (opts.http) {
+    http = new HttpServer({ host: "127.0.0.1", port: 0, registry: relay.registry, status: () => relay.status(), ready: () => relay.readiness() });
+    url = `http://127.0.0.1:${await http.start()}`;
+  }
+  t.after(async () => {
+    await relay.stop(AbortSignal.timeout(5_000));
+    await http?.stop();
+  });
+  await relay.start();
+  return { relay, logs, url, config };
+}
+
+/** Reads one series' value from a Prometheus registry (0 when absent). */
+export async function metricValue(relay: Relay, name: string, labels: Record<string, string>): Promise<number> {
+  const metric = relay.registry.getSingleMetric(name);
+  if (!metric) return 0;
+  const data = await metric.get();
+  let sum = 0;
+  for (const v of data.values) {
+    const l = v.labels as Record<string, string | number>;
+    if (Object.entries(labels).every(([k, want]) => String(l[k]) === want)) sum += v.value;
+  }
+  return sum;
+}
+
+export async function writeConfig(yamlText: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), "relay-cfg-"));
+  const path = join(dir, "relay.yaml");
+  await writeFile(path, yamlText);
+  return path;
+}
+
+/** The CLI as a user runs it: `tsx src/cli.ts ...` in a child process. */
+export class RelayProcess {
+  readonly stdout: string[] = [];
+  readonly stderr: string[] = [];
+  private child: ChildProcess;
+  readonly exited: Promise<number | null>;
+
+  constructor(args: readonly string[], env: Record<string, string> = {}) {
+    this.child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, "src/cli.ts"), ...args], {
+      cwd: REPO_ROOT,
+      env: { ...process.env, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.child.stdout?.on("data", (d: Buffer) => this.stdout.push(d.toString()));
+    this.child.stderr?.on("data", (d: Buffer) => this.stderr.push(d.toString()));
+    this.exited = new Promise((resolve) => this.child.on("exit", (code) => resolve(code)));
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  signal(sig: NodeJS.Signals): void {
+    if (this.running) this.child.kill(sig);
+  }
+
+  output(): string {
+    return this.stdout.join("") + this.stderr.join("");
+  }
+
+  /** The port the relay's HTTP server bound (it logs it at start). */
+  async httpUrl(timeoutMs = 20_000): Promise<string> {
+    const port = await check(
+      () => {
+        const m = /"msg":"http listening[^"]*"/.test(this.output()) ? /"port":(\d+)[^\n]*http listening/.exec(this.output()) : null;
+        return m?.[1];
+      },
+      { name: "relay process logs its http port", timeoutMs },
+    );
+    return `http://127.0.0.1:${port}`;
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.signal("SIGKILL");
+    await this.exited;
+  }
+}
+
+export function spawnRelay(t: { after(fn: () => unknown): void }, args: readonly string[], env: Record<string, string> = {}): RelayProcess {
+  const p = new RelayProcess(args, env);
+  t.after(() => p.stop());
+  return p;
+}

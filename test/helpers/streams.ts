@@ -1,0 +1,107 @@
+import { connect } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import type { NatsConnection, MsgHdrs } from "@nats-io/nats-core";
+import { headers as createHeaders, nanos } from "@nats-io/nats-core";
+
+/** A test's own client connection; closed when the test ends. */
+export async function connectTo(
+  t: { after(fn: () => unknown): void },
+  servers: string | readonly string[],
+  extra: Record<string, unknown> = {},
+): Promise<NatsConnection> {
+  const nc = await connect({ servers: typeof servers === "string" ? servers : [...servers], maxReconnectAttempts: -1, reconnectTimeWait: 200, ...extra });
+  t.after(() => nc.close());
+  return nc;
+}
+
+export interface StreamSpec {
+  name: string;
+  subjects: string[];
+  duplicateWindowMs?: number;
+  replicas?: number;
+  maxAgeMs?: number;
+  maxMsgs?: number;
+  allowRollup?: boolean;
+}
+
+export async function createStream(nc: NatsConnection, spec: StreamSpec): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.add({
+    name: spec.name,
+    subjects: spec.subjects,
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    num_replicas: spec.replicas ?? 1,
+    duplicate_window: nanos(spec.duplicateWindowMs ?? 120_000),
+    ...(spec.maxAgeMs ? { max_age: nanos(spec.maxAgeMs) } : {}),
+    ...(spec.maxMsgs ? { max_msgs: spec.maxMsgs } : {}),
+    ...(spec.allowRollup ? { allow_rollup_hdrs: true } : {}),
+  });
+}
+
+export interface OutMessage {
+  subject: string;
+  data?: Uint8Array;
+  headers?: Record<string, string>;
+}
+
+/** Publishes with PubAcks, `window` at a time; returns when every message is stored. */
+export async function publishMany(nc: NatsConnection, count: number, make: (i: number) => OutMessage, window = 256): Promise<void> {
+  const js = jetstream(nc);
+  let next = 0;
+  const worker = async () => {
+    while (next < count) {
+      const i = next++;
+      const m = make(i);
+      let h: MsgHdrs | undefined;
+      if (m.headers) {
+        h = createHeaders();
+        for (const [k, v] of Object.entries(m.headers)) h.set(k, v);
+      }
+      await js.publish(m.subject, m.data ?? new TextEncoder().encode(`payload-${i}`), h ? { headers: h, timeout: 10_000 } : { timeout: 10_000 });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(window, count) }, worker));
+}
+
+export interface StoredMessage {
+  seq: number;
+  subject: string;
+  data: string;
+  headers: Record<string, string>;
+}
+
+/** Every message in a stream, in stream order (direct get by sequence; fine for test-sized streams). */
+export async function readStream(nc: NatsConnection, stream: string): Promise<StoredMessage[]> {
+  const js = jetstream(nc);
+  const jsm = await jetstreamManager(nc);
+  const info = await jsm.streams.info(stream);
+  const total = info.state.messages;
+  if (total === 0) return [];
+  const consumer = await js.consumers.get(stream); // ordered consumer
+  const out: StoredMessage[] = [];
+  const iter = await consumer.consume({ max_messages: 1_000 });
+  for await (const m of iter) {
+    const headers: Record<string, string> = {};
+    if (m.headers) for (const [k, v] of m.headers) headers[k] = v.join(",");
+    out.push({ seq: m.seq, subject: m.subject, data: m.string(), headers });
+    if (m.info.pending === 0) break;
+  }
+  await iter.close();
+  return out;
+}
+
+export async function streamCount(nc: NatsConnection, stream: string): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  return (await jsm.streams.info(stream)).state.messages;
+}
+
+/** Every id appearing more than once, and every expected id missing. */
+export function exactlyOnce(ids: readonly string[], expected: readonly string[]): { missing: string[]; duplicated: string[] } {
+  const seen = new Map<string, number>();
+  for (const id of ids) seen.set(id, (seen.get(id) ?? 0) + 1);
+  return {
+    missing: expected.filter((id) => !seen.has(id)),
+    duplicated: [...seen].filter(([, n]) => n > 1).map(([id]) => id),
+  };
+}

@@ -1,0 +1,207 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
+import { Redis } from "ioredis";
+import { pino } from "pino";
+import { uniqueName } from "../helpers/check.js";
+import { withServers } from "../helpers/servers.js";
+import { guardKeys } from "../../src/guard/lua.js";
+import type { GuardKeys } from "../../src/guard/lua.js";
+import { MemoryGuard, MemoryGuardStore } from "../../src/guard/memory-guard.js";
+import { RedisGuard } from "../../src/guard/redis-guard.js";
+import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "../../src/guard/types.js";
+
+/**
+ * The guard's decisions, run against both stores: Redis (a real redis-server) and memory. Each
+ * test gets a fresh scope; guards made from one Space share state like relays sharing one Redis.
+ * Assertions look at the returned decisions and at the stored keys.
+ */
+
+interface Space {
+  guard(ttl?: { claimTtlMs?: number; idTtlMs?: number }): Promise<Guard>;
+  /** A key's raw value ("c:<token>", "d", a version) or null. */
+  raw(key: string): Promise<string | null>;
+  /** Remaining TTL in ms, -1 without expiry. */
+  pttl(key: string): Promise<number>;
+  readonly keys: GuardKeys;
+}
+
+const logger = pino({ level: "silent" });
+const ID_TTL = 60_000;
+const CLAIM_TTL = 30_000;
+const servers = withServers({ after });
+let redisUrl = "";
+let inspect: Redis | undefined;
+const guards: Guard[] = [];
+
+before(async () => {
+  const redis = await servers.startRedis({ appendonly: true });
+  redisUrl = redis.url;
+  inspect = new Redis(redis.url);
+});
+after(async () => {
+  await Promise.all(guards.map((g) => g.stop()));
+  inspect?.disconnect();
+});
+
+const backends: Record<"memory" | "redis", () => Space> = {
+  memory() {
+    const scope = uniqueName("B:MEM");
+    const store = new MemoryGuardStore();
+    return {
+      keys: guardKeys(scope),
+      async guard(ttl = {}) {
+        const cfg = { idTtlMs: ttl.idTtlMs ?? ID_TTL, claimTtlMs: ttl.claimTtlMs ?? CLAIM_TTL };
+        const g = new MemoryGuard(cfg, { logger, scope, linkName: "t", store });
+        await g.start();
+        return g;
+      },
+      raw: async (key) => store.get(key) ?? null,
+      pttl: async (key) => store.ttl(key) ?? -2,
+    };
+  },
+  redis() {
+    const scope = uniqueName("B:REDIS");
+    const client = inspect!;
+    return {
+      keys: guardKeys(scope),
+      async guard(ttl = {}) {
+        const cfg = { idTtlMs: ttl.idTtlMs ?? ID_TTL, claimTtlMs: ttl.claimTtlMs ?? CLAIM_TTL, strict: true };
+        const g = new RedisGuard({ kind: "redis", url: redisUrl }, cfg, { logger, scope, linkName: "t" });
+        guards.push(g);
+        await g.start();
+        return g;
+      },
+      raw: (key) => client.get(key),
+      pttl: (key) => client.pttl(key),
+    };
+  },
+};
+
+const decisions = (rs: ClaimResult[]) => rs.map((r) => r.decision);
+/** The claimed items of a claim call, ready for commit/release. */
+function claimed(items: GuardItem[], rs: ClaimResult[]): ClaimedItem[] {
+  return items.flatMap((item, i) => (rs[i]?.token ? [{ ...item, token: rs[i].token }] : []));
+}
+const v = (id: string, version: number, entity = "E1"): GuardItem => ({ id, entity, version });
+
+for (const [name, makeSpace] of Object.entries(backends)) {
+  describe(`guard semantics (${name})`, () => {
+    test("claim → relay with one token per call; commit → done with the id TTL; then duplicate", async () => {
+      const s = makeSpace();
+      const g = await s.guard();
+      const items = [{ id: "a" }, { id: "b" }];
+      const rs = await g.claim(items);
+      assert.deepEqual(decisions(rs), ["relay", "relay"]);
+      assert.ok(rs[0]?.token && rs[0].token === rs[1]?.token);
+      assert.equal(await s.raw(s.keys.id("a")), `c:${rs[0].token}`);
+      const claimTtl = await s.pttl(s.keys.id("a"));
+      assert.ok(claimTtl > CLAIM_TTL - 5_000 && claimTtl <= CLAIM_TTL, `claim ttl ${claimTtl}`);
+
+      await g.commit(claimed(items, rs).slice(0, 1));
+      assert.equal(await s.raw(s.keys.id("a")), "d");
+      const doneTtl = await s.pttl(s.keys.id("a"));
+      assert.ok(doneTtl > ID_TTL - 5_000 && doneTtl <= ID_TTL, `done ttl ${doneTtl}`);
+
+      // "b" is still claimed by the first call: a second call (other token) must not relay it too.
+      const again = await g.claim(items);
+      assert.deepEqual(decisions(again), ["duplicate", "in-flight"]);
+      assert.notEqual(again[0]?.token, rs[0].token);
+      assert.deepEqual(await g.claim([]), []);
+    });
+
+    test("another instance's open claim is in-flight; release frees it; results keep input order", async () => {
+      const s = makeSpace();
+      const [a, b] = [await s.guard(), await s.guard()];
+      const ra = await a.claim([{ id: "x" }]);
+      const mixed = [{ id: "new1" }, { id: "x" }, { id: "new2" }];
+      const rb = await b.claim(mixed);
+      assert.deepEqual(decisions(rb), ["relay", "in-flight", "relay"]);
+      assert.equal(rb[1]?.token, undefined);
+      await a.release(claimed([{ id: "x" }], ra));
+      assert.equal(await s.raw(s.keys.id("x")), null);
+      assert.deepEqual(decisions(await b.claim([{ id: "x" }])), ["relay"]);
+    });
+
+    test("an expired claim lets another instance take over; the late release keeps its claim", async () => {
+      const s = makeSpace();
+      const [a, b] = [await s.guard({ claimTtlMs: 150 }), await s.guard({ claimTtlMs: 150 })];
+      const ra = await a.claim([{ id: "x" }]);
+      assert.deepEqual(decisions(await b.claim([{ id: "x" }])), ["in-flight"]);
+      await delay(250);
+      const rb = await b.claim([{ id: "x" }]);
+      assert.deepEqual(decisions(rb), ["relay"]);
+      await a.release(claimed([{ id: "x" }], ra));
+      assert.equal(await s.raw(s.keys.id("x")), `c:${rb[0]?.token}`, "a's release deleted b's claim");
+      // a's late commit still marks it done: the message was published.
+      await a.commit(claimed([{ id: "x" }], ra));
+      assert.equal(await s.raw(s.keys.id("x")), "d");
+      await b.release(claimed([{ id: "x" }], rb));
+      assert.equal(await s.raw(s.keys.id("x")), "d");
+    });
+
+    test("versions across batches: 82 committed, then 81 and 82 are stale and take no claim", async () => {
+      const s = makeSpace();
+      const g = await s.guard();
+      const r82 = await g.claim([v("m82", 82)]);
+      assert.deepEqual(r82, [{ decision: "relay", token: r82[0]?.token }]);
+      assert.equal(await s.raw(s.keys.version("E1")), null, "a claim must not move the version");
+      await g.commit(claimed([v("m82", 82)], r82));
+      assert.equal(await s.raw(s.keys.version("E1")), "82");
+      assert.equal(await s.pttl(s.keys.version("E1")), -1, "versions have no TTL");
+
+      const r = await g.claim([v("m81", 81), v("m82b", 82), v("m83", 83), v("other", 1, "E2")]);
+      assert.deepEqual(r.map(({ decision, storedVersion }) => ({ decision, storedVersion })), [
+        { decision: "stale", storedVersion: 82 },
+        { decision: "stale", storedVersion: 82 },
+        { decision: "relay", storedVersion: 82 },
+        { decision: "relay", storedVersion: undefined },
+      ]);
+      assert.equal(await s.raw(s.keys.id("m81")), null);
+      assert.equal(await s.raw(s.keys.id("m82b")), null);
+    });
+
+    test("versions within one batch: [82, 81] → 81 stale; [81, 82] → both relay", async () => {
+      const s = makeSpace();
+      const g = await s.guard();
+      const down = await g.claim([v("d82", 82, "down"), v("d81", 81, "down")]);
+      assert.deepEqual(decisions(down), ["relay", "stale"]);
+      assert.equal(down[1]?.storedVersion, 82);
+      assert.equal(await s.raw(s.keys.id("d81")), null);
+      const up = await g.claim([v("u81", 81, "up"), v("u82", 82, "up"), v("u82", 82, "up")]);
+      assert.deepEqual(decisions(up), ["relay", "relay", "in-flight"], "a repeated id is carried by its first copy");
+      assert.equal(await s.raw(s.keys.version("down")), null);
+    });
+
+    test("commit advances versions by compare-and-set only; a done id is a duplicate even if stale", async () => {
+      const s = makeSpace();
+      const [a, b] = [await s.guard(), await s.guard()];
+      const r10 = await a.claim([v("v10", 10)]);
+      const r9 = await b.claim([v("v9", 9)]);
+      assert.deepEqual([...decisions(r10), ...decisions(r9)], ["relay", "relay"]);
+      await a.commit(claimed([v("v10", 10)], r10));
+      await b.commit(claimed([v("v9", 9)], r9));
+      assert.equal(await s.raw(s.keys.version("E1")), "10", "an older commit lowered the version");
+
+      const batch = [v("v12", 12), v("v11", 11)];
+      await a.commit(claimed(batch, [{ decision: "relay", token: "t" }, { decision: "relay", token: "t" }]));
+      assert.equal(await s.raw(s.keys.version("E1")), "12");
+      assert.deepEqual(decisions(await a.claim([v("v10", 10), v("v12", 12), v("v12b", 12)])), [
+        "duplicate",
+        "duplicate",
+        "stale",
+      ]);
+    });
+
+    test("items without entity or version skip the version check", async () => {
+      const s = makeSpace();
+      const g = await s.guard();
+      const items: GuardItem[] = [{ id: "n1", entity: "E" }, { id: "n2", version: 1 }, v("n3", 5, "E")];
+      const rs = await g.claim(items);
+      assert.deepEqual(decisions(rs), ["relay", "relay", "relay"]);
+      await g.commit(claimed(items, rs));
+      assert.equal(await s.raw(s.keys.version("E")), "5");
+      await assert.rejects(g.claim([{ id: "nan", entity: "E", version: Number.NaN }]), { code: "BAD_MESSAGE" });
+    });
+  });
+}
