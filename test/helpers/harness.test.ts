@@ -28,10 +28,13 @@ async function streamMessages(url: string, stream: string): Promise<number> {
 }
 
 async function monitorOk(node: NatsNode, path = "/varz"): Promise<boolean> {
-  const res = await fetch(`http://127.0.0.1:${node.monitorPort}${path}`, { signal: AbortSignal.timeout(500) });
+  const res = await fetch(`${mon(node)}${path}`, { signal: AbortSignal.timeout(500) });
   await res.arrayBuffer();
   return res.ok;
 }
+
+const mon = (n: NatsNode): string => `http://127.0.0.1:${n.monitorPort}`;
+type JszMeta = { meta_cluster?: { leader?: string } };
 
 function alive(pid: number): boolean {
   try {
@@ -80,13 +83,17 @@ void test("3-node cluster: R3 stream survives a node kill; the node rejoins and 
   const cluster = await servers.startNatsCluster({ size: 3 });
   assert.equal(cluster.nodes.length, 3);
   const stream = uniqueName("R3");
-  await withConn([...cluster.urls], async (nc) => {
+  const victim = await withConn([...cluster.urls], async (nc) => {
     const jsm = await jetstreamManager(nc);
     await jsm.streams.add({ name: stream, subjects: [`${stream}.>`], num_replicas: 3 });
     const js = jetstream(nc);
     for (let i = 0; i < 5; i++) await js.publish(`${stream}.x`, `m${i}`);
 
-    const victim = cluster.nodes[2]!;
+    // Kill a follower of both the stream and the meta group: losing a leader costs a 4-9 s raft
+    // election in nats-server 2.9, which would make this harness test slow and its timing random.
+    const streamLeader = (await jsm.streams.info(stream)).cluster?.leader;
+    const metaLeader = ((await (await fetch(`${mon(cluster.nodes[0]!)}/jsz`)).json()) as JszMeta).meta_cluster?.leader;
+    const victim = cluster.nodes.find((n) => n.name !== streamLeader && n.name !== metaLeader)!;
     await victim.kill();
     // Retry: the stream may need a new leader, and our connection may have been on the victim.
     // Short per-attempt timeout: the default 5 s would dominate the test if the first attempt is lost.
@@ -95,13 +102,13 @@ void test("3-node cluster: R3 stream survives a node kill; the node rejoins and 
     });
     await victim.restart();
     assert.equal(victim.running, true);
+    return victim;
   });
   // The restarted replica must have replicated everything, including what it missed.
-  const victim = cluster.nodes[2]!;
   await check(async () => (await streamMessages(victim.url, stream)) === 6, { name: "6 msgs via victim" });
   await check(
     async () => {
-      const res = await fetch(`http://127.0.0.1:${victim.monitorPort}/jsz?accounts=true&streams=true`);
+      const res = await fetch(`${mon(victim)}/jsz?accounts=true&streams=true`);
       const jsz = (await res.json()) as {
         account_details?: { stream_detail?: { name: string; state: { messages: number } }[] }[];
       };
