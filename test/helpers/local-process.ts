@@ -13,18 +13,31 @@ import { check } from "./check.js";
  */
 const livePids = new Set<number>();
 let exitHookInstalled = false;
+
+function killAllLive(): void {
+  for (const pid of livePids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+}
+
 function installExitHook(): void {
   if (exitHookInstalled) return;
   exitHookInstalled = true;
-  process.on("exit", () => {
-    for (const pid of livePids) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
-  });
+  process.on("exit", killAllLive);
+  // node --test stops a test file with SIGTERM (and Ctrl-C delivers SIGINT) when interrupted; by
+  // default Node then dies without emitting 'exit', leaking the servers. So kill them first, then
+  // re-raise the signal with its default action restored, unless someone else also handles it.
+  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    const onSignal = (): void => {
+      killAllLive();
+      if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+    };
+    process.once(sig, onSignal);
+  }
 }
 
 export interface ProcessSpec {
