@@ -61,7 +61,7 @@ function describeType(v: unknown): string {
 }
 
 /** A non-secret value, quoted and shortened, with URL credentials redacted. */
-export function quote(v: unknown): string {
+function quote(v: unknown): string {
   if (typeof v === "number" || typeof v === "boolean") return String(v);
   if (typeof v !== "string") return describeType(v);
   const s = redactUrl(v);

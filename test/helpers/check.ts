@@ -52,9 +52,7 @@ export async function check<T>(fn: () => T | Promise<T>, opts: CheckOptions): Pr
     if (pause > 0) await delay(pause, undefined, { signal: opts.signal });
   }
   const detail =
-    lastError !== undefined
-      ? `last error: ${describe(lastError)}`
-      : `last result: ${String(lastValue)}`;
+    lastError !== undefined ? `last error: ${describe(lastError)}` : `last result: ${String(lastValue)}`;
   throw new Error(`timed out after ${timeoutMs}ms waiting for: ${opts.name}; ${detail}`, {
     cause: lastError,
   });

@@ -3,7 +3,15 @@ import { check, uniqueName } from "./check.js";
 import { freePort } from "./local-process.js";
 import { redisPing } from "./local-redis.js";
 import { renderNatsConfig } from "./nats-config.js";
-import type { ManagedProcess, NatsCluster, NatsNode, NatsOptions, RedisNode, RedisOptions, ServerBackend } from "./types.js";
+import type {
+  ManagedProcess,
+  NatsCluster,
+  NatsNode,
+  NatsOptions,
+  RedisNode,
+  RedisOptions,
+  ServerBackend,
+} from "./types.js";
 
 /*
  * Testcontainers backend (RELAY_TEST_BACKEND=containers). Untested here: this machine has no
@@ -97,7 +105,11 @@ export class ContainersBackend implements ServerBackend {
         this.natsContainer(n, opts.domain ? { domain: opts.domain } : {}, {
           // Individually a node has no meta leader yet; health is judged on the whole cluster below.
           healthz: "/healthz?js-enabled-only=true",
-          cluster: { name, routes: names.filter((p) => p !== n).map((p) => `nats-route://${p}:6222`), network },
+          cluster: {
+            name,
+            routes: names.filter((p) => p !== n).map((p) => `nats-route://${p}:6222`),
+            network,
+          },
         }),
       ),
     );
@@ -134,11 +146,24 @@ export class ContainersBackend implements ServerBackend {
         http: "0.0.0.0:8222",
         storeDir: "/data",
         leafListen: opts.leafListen ? "0.0.0.0:7422" : undefined,
-        tls: opts.tls && { certFile: "/certs/cert.pem", keyFile: "/certs/key.pem", caFile: opts.tls.caFile && "/certs/ca.pem" },
-        cluster: extra.cluster && { name: extra.cluster.name, listen: "0.0.0.0:6222", routes: extra.cluster.routes },
+        tls: opts.tls && {
+          certFile: "/certs/cert.pem",
+          keyFile: "/certs/key.pem",
+          caFile: opts.tls.caFile && "/certs/ca.pem",
+        },
+        cluster: extra.cluster && {
+          name: extra.cluster.name,
+          listen: "0.0.0.0:6222",
+          routes: extra.cluster.routes,
+        },
       },
       // Leaf remotes name host ports; inside a container 127.0.0.1 is the container itself.
-      { ...opts, leafRemotes: opts.leafRemotes?.map((u) => u.replace(/127\.0\.0\.1|localhost/, "host.docker.internal")) },
+      {
+        ...opts,
+        leafRemotes: opts.leafRemotes?.map((u) =>
+          u.replace(/127\.0\.0\.1|localhost/, "host.docker.internal"),
+        ),
+      },
     );
     let c: GenericContainer = new GenericContainer("nats:2.10-alpine")
       .withCommand(["nats-server", "-c", "/etc/nats/relay.conf"])
@@ -164,14 +189,17 @@ export class ContainersBackend implements ServerBackend {
       port,
       monitorPort,
       host,
-      storeDir: "/data/jetstream (inside the container)",
+      storeDir: "/data/jetstream", // a path inside the container, not on this host
       ...(opts.leafListen ? { leafPort } : {}),
     };
-    const proc = new ContainerProcess(started, () =>
-      check(async () => (await httpStatus(node, extra.healthz)) === 200, { name: `${name} ${extra.healthz} 200`, timeoutMs: 30_000 }),
-    );
+    const ready = () =>
+      check(async () => (await httpStatus(node, extra.healthz)) === 200, {
+        name: `${name} ${extra.healthz} 200`,
+        timeoutMs: 30_000,
+      });
+    const proc = new ContainerProcess(started, ready);
     this.procs.push(proc);
-    await check(async () => (await httpStatus(node, extra.healthz)) === 200, { name: `${name} ${extra.healthz} 200`, timeoutMs: 30_000 });
+    await ready();
     return withProc(node, proc);
   }
 
@@ -186,7 +214,8 @@ export class ContainersBackend implements ServerBackend {
       .withWaitStrategy(Wait.forLogMessage(/Ready to accept connections/))
       .start();
     const host = started.getHost();
-    const ping = () => check(() => redisPing(port, opts.password, host), { name: `redis ${host}:${port} PONG` });
+    const ping = () =>
+      check(() => redisPing(port, opts.password, host), { name: `redis ${host}:${port} PONG` });
     const proc = new ContainerProcess(started, ping);
     this.procs.push(proc);
     await ping();
@@ -203,7 +232,10 @@ export class ContainersBackend implements ServerBackend {
 }
 
 /** Adds the ManagedProcess methods of `proc` to `base`; `running` stays a live getter. */
-function withProc<T extends object>(base: T, proc: ContainerProcess): T & ManagedProcess & { proc: ContainerProcess } {
+function withProc<T extends object>(
+  base: T,
+  proc: ContainerProcess,
+): T & ManagedProcess & { proc: ContainerProcess } {
   const methods: ManagedProcess & { proc: ContainerProcess } = {
     proc,
     get running() {

@@ -24,7 +24,10 @@ async function withConn<T>(servers: string | string[], fn: (nc: NatsConnection) 
 }
 
 async function streamMessages(url: string, stream: string): Promise<number> {
-  return withConn(url, async (nc) => (await (await jetstreamManager(nc)).streams.info(stream)).state.messages);
+  return withConn(
+    url,
+    async (nc) => (await (await jetstreamManager(nc)).streams.info(stream)).state.messages,
+  );
 }
 
 async function monitorOk(node: NatsNode, path = "/varz"): Promise<boolean> {
@@ -92,7 +95,8 @@ void test("3-node cluster: R3 stream survives a node kill; the node rejoins and 
     // Kill a follower of both the stream and the meta group: losing a leader costs a 4-9 s raft
     // election in nats-server 2.9, which would make this harness test slow and its timing random.
     const streamLeader = (await jsm.streams.info(stream)).cluster?.leader;
-    const metaLeader = ((await (await fetch(`${mon(cluster.nodes[0]!)}/jsz`)).json()) as JszMeta).meta_cluster?.leader;
+    const metaLeader = ((await (await fetch(`${mon(cluster.nodes[0]!)}/jsz`)).json()) as JszMeta).meta_cluster
+      ?.leader;
     const victim = cluster.nodes.find((n) => n.name !== streamLeader && n.name !== metaLeader)!;
     await victim.kill();
     // Retry: the stream may need a new leader, and our connection may have been on the victim.
@@ -112,7 +116,9 @@ void test("3-node cluster: R3 stream survives a node kill; the node rejoins and 
       const jsz = (await res.json()) as {
         account_details?: { stream_detail?: { name: string; state: { messages: number } }[] }[];
       };
-      const detail = jsz.account_details?.flatMap((a) => a.stream_detail ?? []).find((s) => s.name === stream);
+      const detail = jsz.account_details
+        ?.flatMap((a) => a.stream_detail ?? [])
+        .find((s) => s.name === stream);
       return detail?.state.messages === 6;
     },
     { name: "restarted node's own replica has 6 messages", timeoutMs: 15_000 },
@@ -180,6 +186,9 @@ void test("cleanup kills every process (paused ones too) and removes temp dirs",
   assert.ok(pids.every((p) => typeof p === "number" && alive(p)));
   await backend.cleanup();
   await backend.cleanup(); // idempotent
-  assert.deepEqual(pids.filter((p) => alive(p!)), []);
+  assert.deepEqual(
+    pids.filter((p) => alive(p!)),
+    [],
+  );
   assert.equal(existsSync(nats.storeDir), false);
 });

@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check, uniqueName } from "./check.js";
-import { freePort, requireBinary } from "./local-process.js";
+import { freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
 import { LocalNatsNode } from "./local-nats.js";
 import { LocalRedisNode } from "./local-redis.js";
 import type { NatsCluster, NatsOptions, RedisOptions, ServerBackend } from "./types.js";
@@ -29,7 +29,9 @@ export class LocalBackend implements ServerBackend {
    * A JetStream cluster of `size` nodes (default 3). Route ports are pre-allocated because every
    * node's config must list its peers before any node starts; client/monitor ports are learned.
    */
-  async startNatsCluster(opts: { size?: number; name?: string; domain?: string } = {}): Promise<LocalCluster> {
+  async startNatsCluster(
+    opts: { size?: number; name?: string; domain?: string } = {},
+  ): Promise<LocalCluster> {
     this.natsBin ??= requireBinary("nats-server", "nats-server");
     const size = opts.size ?? 3;
     const name = opts.name ?? uniqueName("C");
@@ -72,11 +74,13 @@ export class LocalBackend implements ServerBackend {
     await Promise.all(procs.map((p) => p.stop(3_000)));
     const dirs = this.dirs.splice(0);
     await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true, maxRetries: 3 })));
+    dirs.forEach(untrackTempDir);
   }
 
   private async tempDir(): Promise<string> {
     const dir = await mkdtemp(join(tmpdir(), "relay-test-"));
     this.dirs.push(dir);
+    trackTempDir(dir);
     return dir;
   }
 }
@@ -119,7 +123,11 @@ export class LocalCluster implements NatsCluster {
         );
         return running.length > 0 && results.every(Boolean);
       },
-      { name: `cluster ${this.name}: all running nodes healthy with a meta leader`, timeoutMs, intervalMs: 100 },
+      {
+        name: `cluster ${this.name}: all running nodes healthy with a meta leader`,
+        timeoutMs,
+        intervalMs: 100,
+      },
     );
   }
 }

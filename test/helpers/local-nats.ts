@@ -151,7 +151,9 @@ export class LocalNatsNode implements NatsNode {
         const parsed = JSON.parse(await readFile(portsFile, "utf8")) as PortsFile;
         const client = parsed.nats?.[0];
         const mon = parsed.monitoring?.[0];
-        return client && mon ? { client: Number(new URL(client).port), mon: Number(new URL(mon).port) } : undefined;
+        return client && mon
+          ? { client: Number(new URL(client).port), mon: Number(new URL(mon).port) }
+          : undefined;
       },
       { name: `${this.name} ports file ${portsFile}`, timeoutMs, signal },
     );

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, closeSync, constants, openSync } from "node:fs";
+import { accessSync, closeSync, constants, openSync, rmSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { delimiter, join } from "node:path";
@@ -12,7 +12,17 @@ import { check } from "./check.js";
  * and store dirs busy and confuse later runs. It only ever signals PIDs we spawned ourselves.
  */
 const livePids = new Set<number>();
+/** Temp dirs not yet removed by a cleanup(); the emergency path deletes them too. */
+const liveDirs = new Set<string>();
 let exitHookInstalled = false;
+
+export function trackTempDir(dir: string): void {
+  installExitHook();
+  liveDirs.add(dir);
+}
+export function untrackTempDir(dir: string): void {
+  liveDirs.delete(dir);
+}
 
 function killAllLive(): void {
   for (const pid of livePids) {
@@ -20,6 +30,14 @@ function killAllLive(): void {
       process.kill(pid, "SIGKILL");
     } catch {
       // already gone
+    }
+  }
+  for (const dir of liveDirs) {
+    try {
+      // A just-SIGKILLed server can still be mid-write; retries cover ENOTEMPTY races.
+      rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch {
+      // best effort: a leftover temp dir is harmless
     }
   }
 }
@@ -153,7 +171,10 @@ export class LocalProcess {
     // until the group stop completes. Wait for it so "paused" really means "answers nothing".
     const pid = this.child?.pid;
     if (pid !== undefined && process.platform === "linux") {
-      await check(() => allThreadsStopped(pid), { name: `${this.spec.label} stopped by SIGSTOP`, timeoutMs: 5_000 });
+      await check(() => allThreadsStopped(pid), {
+        name: `${this.spec.label} stopped by SIGSTOP`,
+        timeoutMs: 5_000,
+      });
     }
   }
 
@@ -235,7 +256,9 @@ export function findBinary(bin: string): string | undefined {
 export function requireBinary(bin: string, pkg: string): string {
   const full = findBinary(bin);
   if (!full) {
-    throw new Error(`${bin} not found on PATH; the real-server tests need it: run \`apt-get install -y ${pkg}\``);
+    throw new Error(
+      `${bin} not found on PATH; the real-server tests need it: run \`apt-get install -y ${pkg}\``,
+    );
   }
   return full;
 }

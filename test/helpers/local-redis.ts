@@ -17,6 +17,7 @@ export class LocalRedisNode implements RedisNode {
     readonly dir: string,
     private readonly opts: RedisOptions,
   ) {
+    // prettier-ignore
     const args = [
       "--port", String(port),
       "--bind", "127.0.0.1",
@@ -25,7 +26,7 @@ export class LocalRedisNode implements RedisNode {
       "--save", "",
       "--appendonly", opts.appendonly ? "yes" : "no",
       "--daemonize", "no",
-      "--logfile", "",
+      "--logfile", "", // stdout, which goes to redis-server.log
       ...(opts.password ? ["--requirepass", opts.password] : []),
     ];
     this.proc = new LocalProcess({

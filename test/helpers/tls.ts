@@ -29,6 +29,7 @@ export async function makeTlsCerts(dir: string): Promise<TlsCerts> {
   const ext = join(dir, "server-ext.cnf");
   const ecKey = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
 
+  // prettier-ignore
   await openssl([
     "req", "-x509", ...ecKey, "-keyout", caKey, "-out", caFile, "-days", "7",
     "-subj", "/CN=jetstream-relay test CA",
@@ -46,6 +47,7 @@ export async function makeTlsCerts(dir: string): Promise<TlsCerts> {
       "",
     ].join("\n"),
   );
+  // prettier-ignore
   await openssl([
     "x509", "-req", "-in", csr, "-CA", caFile, "-CAkey", caKey,
     // An explicit random serial avoids the ca.srl bookkeeping file of -CAcreateserial.

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# One command on a fresh machine: install what is missing, then run the demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec npx tsx src/cli.ts demo "$@"

@@ -1,0 +1,70 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
+import { RelayProcess, REPO_ROOT, writeConfig } from "../helpers/relays.js";
+
+const FIXTURES = join(REPO_ROOT, "test/fixtures/config");
+const expected = JSON.parse(readFileSync(join(FIXTURES, "expected-errors.json"), "utf8")) as Record<string, string>;
+
+async function cli(args: string[], env: Record<string, string> = {}) {
+  const p = new RelayProcess(args, env);
+  const code = await p.exited;
+  return { code, out: p.stdout.join(""), err: p.stderr.join("") };
+}
+
+test("every bad config fixture: check exits 2 with the path-naming error", async () => {
+  const files = readdirSync(FIXTURES).filter((f) => f.startsWith("bad-") && f.endsWith(".yaml"));
+  assert.ok(files.length >= 10, "at least 10 bad fixtures");
+  // Spawning is the slow part: run them concurrently, a few at a time.
+  const results = await Promise.all(files.map((f) => cli(["check", "--config", join(FIXTURES, f)], { RELAY_FIXTURE_PASSWORD: "s3cret-fixture-pw" })));
+  files.forEach((f, i) => {
+    const r = results[i];
+    const want = expected[f];
+    assert.ok(want, `expected-errors.json has an entry for ${f}`);
+    assert.equal(r?.code, 2, `${f}: exit code 2 (stderr: ${r?.err})`);
+    assert.ok(r?.err.includes(want), `${f}: stderr names the problem\n  want: ${want}\n  got:  ${r?.err}`);
+    assert.ok(!r?.err.includes("s3cret-fixture-pw"), `${f}: no secret in the error`);
+  });
+});
+
+test("run with a bad config also exits 2; a missing file names the path", async () => {
+  const r = await cli(["run", "--config", join(FIXTURES, "bad-unknown-region.yaml"), "--region", "eu-west"]);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /links\[1\]\.to\.region: unknown region "eu-wst"/);
+  const missing = await cli(["check", "--config", "/nonexistent/relay.yaml"]);
+  assert.equal(missing.code, 2);
+  assert.match(missing.err, /\/nonexistent\/relay\.yaml/);
+});
+
+test("usage errors exit 2; --help exits 0 for every command", async () => {
+  assert.equal((await cli(["frobnicate"])).code, 2);
+  assert.equal((await cli(["run", "--config"])).code, 2);
+  const noRegion = await cli(["run", "--config", "x.yaml"]);
+  assert.equal(noRegion.code, 2);
+  assert.match(noRegion.err, /--region is required/);
+  for (const c of ["run", "check", "status", "demo"]) {
+    const r = await cli([c, "--help"]);
+    assert.equal(r.code, 0, `${c} --help`);
+    assert.match(r.out, new RegExp(`jetstream-relay ${c}`));
+  }
+});
+
+test("check prints, per region, the links a relay there would run", async () => {
+  const path = await writeConfig(`
+regions:
+  a: { servers: ["nats://127.0.0.1:1"] }
+  b: { servers: ["nats://127.0.0.1:2"] }
+  c: { servers: ["nats://127.0.0.1:3"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S } }
+  - { name: c-to-b, from: { region: c, stream: S, filter: "x.>" }, to: { region: b, stream: S } }
+  - { name: b-to-a, from: { region: b, stream: S }, to: { region: a, stream: S } }
+`);
+  const r = await cli(["check", "--config", path]);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /region a: .* runs 1 link/);
+  assert.match(r.out, /region b: .* runs 2 link/);
+  assert.match(r.out, /region c: .* runs 0 link/);
+  assert.match(r.out, /c-to-b: c\/S filter x\.> -> b\/S/);
+});

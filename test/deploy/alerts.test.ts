@@ -1,0 +1,168 @@
+/**
+ * deploy/prometheus/alerts.yml: promtool's own checks and unit tests (alerts.test.yml), the
+ * annotations every alert must carry, and the Kubernetes PrometheusRule staying identical to it.
+ *
+ * promtool comes from Debian's `prometheus` package; CI installs it. Without it these tests fail
+ * (they do not skip): a rule file nobody evaluated is not a tested rule file.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parse, parseAllDocuments } from "yaml";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const ALERTS = "deploy/prometheus/alerts.yml";
+const ALERT_TESTS = "deploy/prometheus/alerts.test.yml";
+const PROMETHEUS_CONFIG = "deploy/prometheus/prometheus.yml";
+const PROMETHEUS_RULE = "deploy/kubernetes/prometheusrule.yaml";
+
+const REQUIRED_ALERTS = [
+  "RelayCorrectionRateHigh",
+  "RelayCorrectionRateRising",
+  "RelayReplayAgeHigh",
+  "RelayBacklogAgeHigh",
+  "RelayLinkNotLive",
+  "RelayGapDetected",
+  "RelayGuardPaused",
+  "RelayDown",
+  "RelayPublishErrors",
+];
+const SEVERITIES = ["critical", "warning", "info"];
+
+interface Rule {
+  record?: string;
+  alert?: string;
+  expr: string;
+  for?: string;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
+interface RuleGroup {
+  name: string;
+  interval?: string;
+  rules: Rule[];
+}
+interface AlertRuleTest {
+  alertname: string;
+  eval_time: string;
+  exp_alerts?: unknown[] | null;
+}
+interface UnitTests {
+  rule_files: string[];
+  tests: { name?: string; alert_rule_test?: AlertRuleTest[] }[];
+}
+
+function readYaml<T>(rel: string): T {
+  return parse(readFileSync(join(ROOT, rel), "utf8")) as T;
+}
+
+function promtool(args: string[]): string {
+  const r = spawnSync("promtool", args, { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
+  if (r.error) {
+    const missing = (r.error as NodeJS.ErrnoException).code === "ENOENT";
+    assert.fail(
+      missing
+        ? "promtool is not on PATH: install Debian's prometheus package (apt-get install prometheus), which ships promtool"
+        : `promtool ${args.join(" ")} could not run: ${r.error.message}`,
+    );
+  }
+  const output = `${r.stdout}${r.stderr}`;
+  assert.equal(r.status, 0, `promtool ${args.join(" ")} failed (exit ${r.status}):\n${output}`);
+  return output;
+}
+
+const groups = (): RuleGroup[] => readYaml<{ groups: RuleGroup[] }>(ALERTS).groups;
+const alerts = (): Rule[] => groups().flatMap((g) => g.rules.filter((r) => r.alert !== undefined));
+
+test("promtool check rules accepts alerts.yml", () => {
+  const out = promtool(["check", "rules", ALERTS]);
+  assert.match(out, /SUCCESS/);
+});
+
+test("promtool test rules: every case in alerts.test.yml passes", () => {
+  const out = promtool(["test", "rules", ALERT_TESTS]);
+  assert.match(out, /SUCCESS/);
+});
+
+test("promtool check config accepts the example prometheus.yml, which scrapes job jetstream-relay", () => {
+  promtool(["check", "config", PROMETHEUS_CONFIG]);
+  const config = readYaml<{ rule_files: string[]; scrape_configs: { job_name: string }[] }>(PROMETHEUS_CONFIG);
+  assert.ok(config.rule_files.includes("alerts.yml"), "prometheus.yml must load alerts.yml");
+  assert.ok(
+    config.scrape_configs.some((s) => s.job_name === "jetstream-relay"),
+    'RelayDown matches up{job="jetstream-relay"}: the scrape job must have that name',
+  );
+});
+
+test("one group jetstream-relay with every required alert, each with severity, summary and a one-line runbook", () => {
+  const gs = groups();
+  assert.deepEqual(
+    gs.map((g) => g.name),
+    ["jetstream-relay"],
+  );
+  const names = alerts().map((a) => a.alert);
+  assert.deepEqual([...names].sort(), [...REQUIRED_ALERTS].sort());
+  for (const a of alerts()) {
+    const where = `alert ${a.alert}`;
+    assert.ok(SEVERITIES.includes(a.labels?.severity ?? ""), `${where}: labels.severity must be one of ${SEVERITIES.join(", ")}`);
+    const summary = a.annotations?.summary ?? "";
+    const runbook = a.annotations?.runbook ?? "";
+    assert.ok(summary.trim().length > 10, `${where}: annotations.summary is missing`);
+    assert.ok(runbook.trim().length > 20, `${where}: annotations.runbook is missing`);
+    assert.ok(!runbook.trim().includes("\n"), `${where}: annotations.runbook must be one line`);
+  }
+});
+
+test("the recording rule relay:correction_ratio:rate10m exists and every relay:* series an alert reads is recorded", () => {
+  const rules = groups().flatMap((g) => g.rules);
+  const recorded = new Set(rules.flatMap((r) => (r.record === undefined ? [] : [r.record])));
+  assert.ok(recorded.has("relay:correction_ratio:rate10m"));
+  const rulesBefore = new Set<string>();
+  for (const r of rules) {
+    // Rules of a group run in order: a rule reading a recorded series must come after its rule.
+    for (const used of r.expr.match(/\b[a-z_]+:[a-z0-9_:]+/g) ?? []) {
+      assert.ok(recorded.has(used), `${r.alert ?? r.record}: reads ${used}, which no rule records`);
+      assert.ok(rulesBefore.has(used), `${r.alert ?? r.record}: reads ${used} before the rule that records it`);
+    }
+    if (r.record !== undefined) rulesBefore.add(r.record);
+  }
+  const high = alerts().find((a) => a.alert === "RelayCorrectionRateHigh");
+  assert.match(high?.expr ?? "", /relay:correction_ratio:rate10m/);
+});
+
+test("alerts.test.yml has, for every alert, a case where it fires and one where it must not", () => {
+  const unit = readYaml<UnitTests>(ALERT_TESTS);
+  assert.deepEqual(unit.rule_files, ["alerts.yml"]);
+  const cases = unit.tests.flatMap((t) => t.alert_rule_test ?? []);
+  for (const name of REQUIRED_ALERTS) {
+    const mine = cases.filter((c) => c.alertname === name);
+    assert.ok(
+      mine.some((c) => (c.exp_alerts ?? []).length > 0),
+      `alerts.test.yml: no case where ${name} fires`,
+    );
+    assert.ok(
+      mine.some((c) => (c.exp_alerts ?? []).length === 0),
+      `alerts.test.yml: no case where ${name} must stay silent`,
+    );
+  }
+});
+
+test("the Kubernetes PrometheusRule carries exactly the groups of alerts.yml", () => {
+  const docs = parseAllDocuments(readFileSync(join(ROOT, PROMETHEUS_RULE), "utf8")).map((d) => d.toJS() as unknown);
+  const rules = docs.filter(
+    (d): d is { kind: string; apiVersion: string; spec: { groups: RuleGroup[] } } =>
+      typeof d === "object" && d !== null && (d as { kind?: unknown }).kind === "PrometheusRule",
+  );
+  assert.equal(rules.length, 1, `${PROMETHEUS_RULE} must hold one PrometheusRule`);
+  const rule = rules[0];
+  assert.ok(rule);
+  assert.equal(rule.apiVersion, "monitoring.coreos.com/v1");
+  assert.deepEqual(
+    rule.spec.groups,
+    groups(),
+    `${PROMETHEUS_RULE} differs from ${ALERTS}: run \`node deploy/kubernetes/sync-prometheus-rule.mjs\``,
+  );
+});
