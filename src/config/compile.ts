@@ -3,6 +3,7 @@
  * All defaults live here, in `DEFAULTS` and `DEFAULT_STRIP_HEADERS`.
  */
 import { ErrorCodes, RelayError } from "../errors.js";
+import { DEFAULT_STRIP_HEADERS } from "../link/headers.js";
 import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema.js";
 import type {
   BadMessagePolicy,
@@ -22,15 +23,8 @@ import type {
  * they would make the destination apply the source's expectations, rollups and TTLs. A link's
  * `stripHeaders` adds to this list; it cannot remove from it.
  */
-export const DEFAULT_STRIP_HEADERS: readonly string[] = Object.freeze([
-  "Nats-Expected-Stream",
-  "Nats-Expected-Last-Msg-Id",
-  "Nats-Expected-Last-Sequence",
-  "Nats-Expected-Last-Subject-Sequence",
-  "Nats-Rollup",
-  "Nats-TTL",
-  "Nats-Stream-Source",
-]);
+/** The header table lives with the data path; re-exported here because defaults live here. */
+export { DEFAULT_STRIP_HEADERS };
 
 export const DEFAULTS = Object.freeze({
   batchSize: 500,

@@ -15,7 +15,7 @@ export async function histogramQuantile(
   const data = await metric.get();
   const buckets = new Map<number, number>();
   for (const v of data.values) {
-    if (v.metricName !== `${name}_bucket`) continue;
+    if ((v as { metricName?: string }).metricName !== `${name}_bucket`) continue;
     const l = v.labels as Record<string, string | number>;
     if (!Object.entries(labels).every(([k, want]) => String(l[k]) === want)) continue;
     const le = l.le === "+Inf" ? Infinity : Number(l.le);

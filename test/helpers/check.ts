@@ -30,6 +30,7 @@ export async function check<T>(fn: () => T | Promise<T>, opts: CheckOptions): Pr
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   let lastValue: unknown;
+  let hung = false;
   for (;;) {
     opts.signal?.throwIfAborted();
     const remaining = deadline - Date.now();
@@ -40,7 +41,10 @@ export async function check<T>(fn: () => T | Promise<T>, opts: CheckOptions): Pr
         Promise.resolve().then(fn),
         delay(remaining, TIMED_OUT, { signal: ac.signal }),
       ]);
-      if (result === TIMED_OUT) break;
+      if (result === TIMED_OUT) {
+        hung = true;
+        break;
+      }
       if (result) return result as Truthy<T>;
       lastValue = result;
     } catch (err) {
@@ -51,8 +55,11 @@ export async function check<T>(fn: () => T | Promise<T>, opts: CheckOptions): Pr
     const pause = Math.min(intervalMs, deadline - Date.now());
     if (pause > 0) await delay(pause, undefined, { signal: opts.signal });
   }
-  const detail =
-    lastError !== undefined ? `last error: ${describe(lastError)}` : `last result: ${String(lastValue)}`;
+  const detail = hung
+    ? "the last attempt was still pending"
+    : lastError !== undefined
+      ? `last error: ${describe(lastError)}`
+      : `last result: ${String(lastValue)}`;
   throw new Error(`timed out after ${timeoutMs}ms waiting for: ${opts.name}; ${detail}`, {
     cause: lastError,
   });

@@ -135,7 +135,7 @@ export class LocalNatsNode implements NatsNode {
     const timeoutMs = this.init.readyTimeoutMs ?? 20_000;
     if (this.port === -1 || this.monitorPort === -1) await this.learnPorts(proc, signal, timeoutMs);
     const full = this.waitForHealthz && (this.init.quorumPossible?.() ?? true);
-    // js-enabled-only (supported by 2.9.10 although undocumented there) skips the meta-leader check.
+    // js-enabled-only (accepted by 2.9.10; checked by hand) skips the meta-leader check.
     const path = full || this.init.opts.jetstream === false ? "/healthz" : "/healthz?js-enabled-only=true";
     await check(async () => (await this.monitor(path)).status === 200, {
       name: `${this.name} ${path} returns 200`,
