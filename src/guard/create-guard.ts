@@ -6,6 +6,7 @@ import { RedisGuard } from "./redis-guard.js";
 import type { Guard } from "./types.js";
 
 export interface GuardDeps {
+  /** Already bound to the link (`{ link, component: "guard" }`); the guard adds `store` only. */
   readonly logger: Logger;
   /**
    * Namespace of the guard's keys: `<destination region>:<destination stream>`. Links writing to

@@ -16,6 +16,8 @@
  * number reply to an integer.
  */
 
+import type { GuardDecision } from "./types.js";
+
 export interface GuardKeys {
   readonly id: (id: string) => string;
   readonly version: (entity: string) => string;
@@ -33,7 +35,12 @@ export const claimValue = (token: string): string => `c:${token}`;
 export const DONE_VALUE = "d";
 
 /** Decision codes in the claim script's reply. */
-export const DecisionCode = { relay: "r", duplicate: "d", stale: "s", inFlight: "i" } as const;
+export const DECISION_CODES: Readonly<Record<string, GuardDecision>> = {
+  r: "relay",
+  d: "duplicate",
+  s: "stale",
+  i: "in-flight",
+};
 
 /**
  * Claim a batch.

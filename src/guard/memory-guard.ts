@@ -85,7 +85,7 @@ export class MemoryGuard implements Guard {
 
   async start(): Promise<void> {
     this.deps.logger.info(
-      { component: "guard", link: this.deps.linkName },
+      { store: "memory" },
       "guard in memory: ids and versions are forgotten when the relay stops",
     );
   }
@@ -154,7 +154,7 @@ export class MemoryGuard implements Guard {
     }
     if (lost > 0) {
       this.deps.logger.warn(
-        { component: "guard", link: this.deps.linkName, lost, claimTtlMs: this.config.claimTtlMs },
+        { store: "memory", lost, claimTtlMs: this.config.claimTtlMs },
         "guard claims expired before commit",
       );
     }

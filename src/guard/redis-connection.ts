@@ -47,19 +47,27 @@ function parseNode(node: string, defaultPort: number): HostPort {
   return { host: url.hostname.replace(/^\[|\]$/g, ""), port: url.port ? Number(url.port) : defaultPort };
 }
 
-const hostPort = (n: HostPort): string => (n.host.includes(":") ? `[${n.host}]:${n.port}` : `${n.host}:${n.port}`);
+/** For messages: an address that does not parse is shown as "?" (its text may hold a password). */
+function hostPort(node: string, defaultPort: number): string {
+  try {
+    const n = parseNode(node, defaultPort);
+    return n.host.includes(":") ? `[${n.host}]:${n.port}` : `${n.host}:${n.port}`;
+  } catch {
+    return "?";
+  }
+}
 
 /**
  * What the guard talks to, for messages and logs. Built from hosts and ports only, so a password
  * in a URL can never reach an error message.
  */
 export function describeRedis(conn: RedisGuardConnection): string {
-  if (conn.cluster) return `redis cluster ${conn.cluster.nodes.map((n) => hostPort(parseNode(n, 6379))).join(",")}`;
+  if (conn.cluster) return `redis cluster ${conn.cluster.nodes.map((n) => hostPort(n, 6379)).join(",")}`;
   if (conn.sentinel) {
-    const nodes = conn.sentinel.nodes.map((n) => hostPort(parseNode(n, 26379))).join(",");
+    const nodes = conn.sentinel.nodes.map((n) => hostPort(n, 26379)).join(",");
     return `redis sentinel master ${conn.sentinel.name} via ${nodes}`;
   }
-  if (conn.url) return `redis ${hostPort(parseNode(conn.url, 6379))}`;
+  if (conn.url) return `redis ${hostPort(conn.url, 6379)}`;
   return "redis (no address)";
 }
 
@@ -88,7 +96,12 @@ export function sanitizeError(err: unknown, secrets: readonly string[]): Error {
   message = message.replace(/(\w+:\/\/)[^@/\s]*@/g, "$1***@");
   for (const s of secrets) message = message.split(s).join("***");
   const copy = new Error(message);
-  if (err instanceof Error) copy.name = err.name;
+  if (err instanceof Error) {
+    copy.name = err.name;
+    // Keep the original frames (where it failed), not the first line (the unscrubbed message).
+    const frames = err.stack?.split("\n").filter((l) => /^\s+at /.test(l)) ?? [];
+    copy.stack = [`${err.name}: ${message}`, ...frames].join("\n");
+  }
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code === "string") Object.assign(copy, { code });
   return copy;
@@ -109,7 +122,8 @@ export function createRedisClient(
   tuning: RedisTuning,
   clientName: string,
 ): GuardRedisClient {
-  const backoff = (attempt: number): number => Math.min(50 * 2 ** Math.min(attempt - 1, 16), tuning.maxBackoffMs);
+  const backoff = (attempt: number): number =>
+    Math.min(50 * 2 ** Math.min(attempt - 1, 16), tuning.maxBackoffMs);
   const tls = readTls(conn.tls);
   const common: RedisOptions = {
     lazyConnect: true,
@@ -126,13 +140,16 @@ export function createRedisClient(
     ...(tls ? { tls } : {}),
   };
   if (conn.cluster) {
+    // The cluster owns reconnection, queueing and connecting of its node connections (ioredis
+    // overrides these node options anyway); the failure policy is set on the cluster itself.
+    const { retryStrategy: _r, enableOfflineQueue: _q, lazyConnect: _l, ...nodeOptions } = common;
     const options: ClusterOptions = {
       lazyConnect: true,
       enableOfflineQueue: false,
       clusterRetryStrategy: backoff,
       scaleReads: "master",
       slotsRefreshTimeout: tuning.connectTimeoutMs,
-      redisOptions: { ...common, lazyConnect: false },
+      redisOptions: nodeOptions,
     };
     return new Cluster(
       conn.cluster.nodes.map((n) => parseNode(n, 6379)),

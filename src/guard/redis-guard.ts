@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import type { GuardConfig, RedisGuardConnection } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
-import { CLAIM_LUA, COMMIT_LUA, DecisionCode, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
+import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
 import {
   DEFAULT_REDIS_TUNING,
@@ -14,7 +14,7 @@ import {
   secretsOf,
 } from "./redis-connection.js";
 import type { GuardPersistence, GuardRedisClient, RedisTuning } from "./redis-connection.js";
-import type { ClaimedItem, ClaimResult, Guard, GuardDecision, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "./types.js";
 
 /** The scripts as ioredis commands (defineCommand without numberOfKeys: numkeys goes first). */
 interface ScriptCommands {
@@ -31,21 +31,13 @@ export interface RedisGuardDeps {
   readonly tuning?: Partial<RedisTuning>;
 }
 
-const DECISIONS: Record<string, GuardDecision> = {
-  [DecisionCode.relay]: "relay",
-  [DecisionCode.duplicate]: "duplicate",
-  [DecisionCode.stale]: "stale",
-  [DecisionCode.inFlight]: "in-flight",
-};
-
 /**
  * The guard on Redis (see lua.ts for the key layout and the scripts). Every call is one script
  * invocation; every failure is a RelayError GUARD_UNAVAILABLE whose text names host:port only.
  */
 export class RedisGuard implements Guard {
   readonly kind = "redis" as const;
-  /** Known after start(): whether Redis persists the versions (AOF) across a restart. */
-  persistence: GuardPersistence | undefined;
+  private persisted: GuardPersistence | undefined;
   private client: (GuardRedisClient & ScriptCommands) | undefined;
   private readonly keys: GuardKeys;
   private readonly target: string;
@@ -65,7 +57,13 @@ export class RedisGuard implements Guard {
     this.target = describeRedis(connection);
     this.secrets = secretsOf(connection);
     this.tuning = { ...DEFAULT_REDIS_TUNING, ...deps.tuning };
-    this.log = deps.logger.child({ component: "guard", link: deps.linkName, store: this.target });
+    // The caller's logger already names the link and component (see createGuard's deps).
+    this.log = deps.logger.child({ store: this.target });
+  }
+
+  /** Known after start(): whether Redis persists the versions (AOF) across a restart. */
+  get persistence(): GuardPersistence | undefined {
+    return this.persisted;
   }
 
   async start(): Promise<void> {
@@ -82,8 +80,12 @@ export class RedisGuard implements Guard {
     } catch (err) {
       throw this.unavailable("persistence check", err);
     }
-    this.persistence = report.persistence;
-    const fields = { persistence: report.persistence, appendfsync: report.appendfsync, reason: report.reason };
+    this.persisted = report.persistence;
+    const fields = {
+      persistence: report.persistence,
+      appendfsync: report.appendfsync,
+      reason: report.reason,
+    };
     if (report.persistence === "none") {
       const text = "guard Redis runs without AOF (appendonly no): versions are lost when it restarts";
       if (this.config.strict) {
@@ -108,20 +110,16 @@ export class RedisGuard implements Guard {
     if (items.length === 0) return [];
     checkIds(items);
     const token = this.nextToken();
-    const { keys, slots } = this.encode(items);
+    const { keys, versions } = this.encode(items);
     const argv = [claimValue(token), String(this.config.claimTtlMs), String(items.length)];
-    items.forEach((item, i) => {
-      const v = versionOf(item);
-      argv.push(String(slots[i] ?? 0), v ? String(v.version) : "");
-    });
+    argv.push(...versions.flat());
     const reply = await this.run("claim", (c) => c.relayGuardClaim(keys.length, ...keys, ...argv));
     const flat = reply as (string | null)[];
     return items.map((_, i) => {
       const code = flat[2 * i];
-      const decision = code === undefined || code === null ? undefined : DECISIONS[code];
-      if (decision === undefined) {
-        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script returned ${String(code)} for item ${i}`);
-      }
+      const decision = DECISION_CODES[code ?? ""];
+      if (!decision)
+        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${code} for item ${i}`);
       const against = flat[2 * i + 1];
       return {
         decision,
@@ -134,12 +132,9 @@ export class RedisGuard implements Guard {
   async commit(items: readonly ClaimedItem[]): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
-    const { keys, slots } = this.encode(items);
+    const { keys, versions } = this.encode(items);
     const argv = [String(this.config.idTtlMs), String(items.length)];
-    items.forEach((item, i) => {
-      const v = versionOf(item);
-      argv.push(claimValue(item.token), String(slots[i] ?? 0), v ? String(v.version) : "");
-    });
+    items.forEach((item, i) => argv.push(claimValue(item.token), ...(versions[i] ?? ["0", ""])));
     const reply = await this.run("commit", (c) => c.relayGuardCommit(keys.length, ...keys, ...argv));
     const lost = Array.isArray(reply) ? Number(reply[0]) : 0;
     if (lost > 0) {
@@ -180,7 +175,10 @@ export class RedisGuard implements Guard {
     try {
       client = createRedisClient(this.connection, this.tuning, `relay-guard:${this.deps.linkName}`);
     } catch (err) {
-      throw new RelayError(ErrorCodes.CONFIG_INVALID, `${this.target}: ${sanitizeError(err, this.secrets).message}`);
+      throw new RelayError(
+        ErrorCodes.CONFIG_INVALID,
+        `${this.target}: ${sanitizeError(err, this.secrets).message}`,
+      );
     }
     client.defineCommand("relayGuardClaim", { lua: CLAIM_LUA });
     client.defineCommand("relayGuardCommit", { lua: COMMIT_LUA });
@@ -191,7 +189,7 @@ export class RedisGuard implements Guard {
       if (this.down || this.stopping) return;
       this.down = true;
       const fields = err === undefined ? {} : { err: sanitizeError(err, this.secrets) };
-      this.log.warn(fields, "guard Redis connection lost; reconnecting");
+      this.log.warn(fields, "guard Redis unavailable; reconnecting in the background");
     };
     client.on("error", (err: unknown) => lost(err));
     client.on("close", () => lost());
@@ -206,27 +204,28 @@ export class RedisGuard implements Guard {
 
   /**
    * KEYS for a script: the id keys in input order, then one version key per distinct entity.
-   * `slots[i]` is the 1-based KEYS index of item i's version key (0: no version).
+   * `versions[i]` is item i's [1-based KEYS index of its version key, version], or ["0", ""].
    */
-  private encode(items: readonly GuardItem[]): { keys: string[]; slots: number[] } {
-    const idKeys = items.map((item) => this.keys.id(item.id));
-    const verKeys: string[] = [];
+  private encode(items: readonly GuardItem[]): { keys: string[]; versions: [string, string][] } {
+    const keys = items.map((item) => this.keys.id(item.id));
     const index = new Map<string, number>();
-    const slots = items.map((item) => {
+    const versions = items.map((item): [string, string] => {
       const v = versionOf(item);
-      if (!v) return 0;
+      if (!v) return ["0", ""];
       let slot = index.get(v.entity);
       if (slot === undefined) {
-        verKeys.push(this.keys.version(v.entity));
-        slot = items.length + verKeys.length;
+        slot = keys.push(this.keys.version(v.entity));
         index.set(v.entity, slot);
       }
-      return slot;
+      return [String(slot), String(v.version)];
     });
-    return { keys: [...idKeys, ...verKeys], slots };
+    return { keys, versions };
   }
 
-  private async run(op: string, call: (c: GuardRedisClient & ScriptCommands) => Promise<unknown>): Promise<unknown> {
+  private async run(
+    op: string,
+    call: (c: GuardRedisClient & ScriptCommands) => Promise<unknown>,
+  ): Promise<unknown> {
     const client = this.client;
     if (!client) throw new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: ${op} before start()`);
     try {
@@ -239,7 +238,11 @@ export class RedisGuard implements Guard {
   private unavailable(op: string, err: unknown): RelayError {
     if (err instanceof RelayError) return err;
     const cause = sanitizeError(err, this.secrets);
-    return new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: guard ${op} failed: ${cause.message}`, {
+    // ioredis words "disconnected" as a remark about its offline queue.
+    const why = /enableOfflineQueue/.test(cause.message)
+      ? `not connected (${this.client?.status})`
+      : cause.message;
+    return new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: guard ${op} failed: ${why}`, {
       cause,
     });
   }

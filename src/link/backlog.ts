@@ -26,7 +26,7 @@ export class BacklogProbe {
   constructor(
     private readonly link: LinkConfig,
     private readonly jsm: () => JetStreamManager | undefined,
-    private readonly oldestInPipeline: () => bigint | undefined,
+    private readonly oldestInPipeline: () => number | undefined,
   ) {}
 
   async read(): Promise<BacklogReading> {
@@ -47,9 +47,9 @@ export class BacklogProbe {
         const next = await jsm.streams
           .getMessage(stream, { seq: Math.max(info.ack_floor.stream_seq + 1, streamInfo.state.first_seq) })
           .catch(() => null);
-        if (next) oldest = BigInt(next.time.getTime()) * 1_000_000n;
+        if (next) oldest = next.time.getTime();
       }
-      if (oldest !== undefined) ageSeconds = Math.max(0, Number(BigInt(Date.now()) * 1_000_000n - oldest) / 1e9);
+      if (oldest !== undefined) ageSeconds = Math.max(0, (Date.now() - oldest) / 1000);
     }
     return {
       pending,

@@ -1,8 +1,8 @@
-import { headers as createHeaders } from "@nats-io/nats-core";
-import type { MsgHdrs } from "@nats-io/nats-core";
+import { HeaderBlock } from "../nats/header-block.js";
 import type { JsMsg } from "@nats-io/jetstream";
 import type { LinkConfig } from "../config/types.js";
-import { RelayHeaders, REWRITTEN_HEADERS, formatNanos } from "./headers.js";
+import { RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
+import type { NanosFormatter } from "./headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
 
@@ -21,8 +21,9 @@ export interface Entry {
   /** Destination subject (after transform), or the dead-letter subject. */
   subject: string;
   readonly data: Uint8Array;
-  headers: MsgHdrs;
-  readonly sourceNanos: bigint;
+  readonly headers: HeaderBlock;
+  /** Source publish time, ms since the epoch (replay age). */
+  readonly sourceMs: number;
   state: EntryState;
   token?: string;
   /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
@@ -38,8 +39,16 @@ export interface Entry {
  * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
  * identity, origin, path and source position (README "Headers on relayed messages").
  */
-export function buildHeaders(msg: JsMsg, identity: MessageIdentity, link: LinkConfig, strip: ReadonlySet<string>): MsgHdrs {
-  const out = createHeaders();
+export interface EntryContext {
+  readonly link: LinkConfig;
+  /** Lower-cased header names not copied (see `stripSet`). */
+  readonly strip: ReadonlySet<string>;
+  readonly time: NanosFormatter;
+}
+
+export function buildHeaders(msg: JsMsg, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
+  const { link, strip } = ctx;
+  const out = new HeaderBlock();
   const src = msg.headers;
   if (src) {
     for (const [key, values] of src) {
@@ -48,12 +57,13 @@ export function buildHeaders(msg: JsMsg, identity: MessageIdentity, link: LinkCo
       for (const v of values) out.append(key, v);
     }
   }
-  out.set(RelayHeaders.MsgId, identity.id);
-  out.set(RelayHeaders.Origin, identity.origin);
-  out.set(RelayHeaders.Path, identity.path.join(","));
-  out.set(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.info.streamSequence}`);
-  out.set(RelayHeaders.SourceTime, formatNanos(BigInt(msg.info.timestampNanos)));
-  out.set(RelayHeaders.ExpectedStream, link.to.stream);
+  // The rewritten headers were skipped above (they are in `strip`), so append is a set here.
+  out.append(RelayHeaders.MsgId, identity.id);
+  out.append(RelayHeaders.Origin, identity.origin);
+  out.append(RelayHeaders.Path, identity.path.join(","));
+  out.append(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.info.streamSequence}`);
+  out.append(RelayHeaders.SourceTime, ctx.time.format(msg.timestampNanos));
+  out.append(RelayHeaders.ExpectedStream, link.to.stream);
   return out;
 }
 
@@ -62,15 +72,15 @@ export function stripSet(link: LinkConfig): ReadonlySet<string> {
   return new Set([...link.stripHeaders, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
 }
 
-export function newEntry(msg: JsMsg, identity: MessageIdentity, link: LinkConfig, strip: ReadonlySet<string>): Entry {
+export function newEntry(msg: JsMsg, identity: MessageIdentity, ctx: EntryContext): Entry {
   return {
     seq: msg.info.streamSequence,
     deliveries: [msg],
     identity,
-    subject: transformSubject(msg.subject, link),
+    subject: transformSubject(msg.subject, ctx.link),
     data: msg.data,
-    headers: buildHeaders(msg, identity, link, strip),
-    sourceNanos: BigInt(msg.info.timestampNanos),
+    headers: buildHeaders(msg, identity, ctx),
+    sourceMs: msg.info.timestampNanos / 1e6,
     state: "claim",
     attempt: 0,
     publishStartedAt: 0,

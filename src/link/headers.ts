@@ -42,12 +42,26 @@ export const REWRITTEN_HEADERS: readonly string[] = [
   RelayHeaders.ExpectedStream,
 ];
 
-/** RFC 3339 with nanosecond precision from a Unix time in nanoseconds. */
+/**
+ * RFC 3339 with nanosecond precision from a Unix time in nanoseconds. One instance per link: it is
+ * called for every relayed message, so the date part is cached per second.
+ */
+export class NanosFormatter {
+  private second = -1n;
+  private prefix = "";
+
+  format(nanos: bigint): string {
+    const second = nanos / 1_000_000_000n;
+    if (second !== this.second) {
+      this.prefix = new Date(Number(second) * 1000).toISOString().slice(0, 19); // 2026-11-30T00:00:00
+      this.second = second;
+    }
+    return `${this.prefix}.${(nanos % 1_000_000_000n).toString().padStart(9, "0")}Z`;
+  }
+}
+
 export function formatNanos(nanos: bigint): string {
-  const ms = nanos / 1_000_000n;
-  const iso = new Date(Number(ms)).toISOString(); // 2026-11-30T00:00:00.123Z
-  const fraction = (nanos % 1_000_000_000n).toString().padStart(9, "0");
-  return `${iso.slice(0, 19)}.${fraction}Z`;
+  return new NanosFormatter().format(nanos);
 }
 
 /** Inverse of formatNanos; returns undefined for anything unparseable. */

@@ -87,7 +87,7 @@ export class Link {
         halt: (err) => this.fail(err),
       },
     });
-    this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceNanos);
+    this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
   }
 
   get currentState(): LinkState {

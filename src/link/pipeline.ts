@@ -6,8 +6,11 @@ import type { ClaimResult, Guard } from "../guard/types.js";
 import { Backoff } from "../lifecycle/backoff.js";
 import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
 import type { MessageOutcome, RelayMetrics } from "../observability/metrics.js";
-import type { Entry } from "./entry.js";
+import type { Entry, EntryContext } from "./entry.js";
 import { newEntry, stripSet, toDeadLetter } from "./entry.js";
+import { NanosFormatter } from "./headers.js";
+import { outcomeCounters } from "./outcome-counters.js";
+import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
 
 /** What the pipeline tells its link, so the link can change state; never throws back. */
@@ -43,15 +46,22 @@ export interface PipelineDeps {
  * parked on the dead-letter subject.
  */
 export class Pipeline {
+  /** Arrival order; `entries[head]` is the oldest live entry (finished ones are compacted away lazily). */
   private readonly entries: Entry[] = [];
+  private head = 0;
+  /** Entries waiting for a guard verdict, in arrival order. */
+  private claimQueue: Entry[] = [];
+  /** Entries with a PubAck waiting for the guard commit, in PubAck order. */
+  private commitQueue: Entry[] = [];
   private readonly bySeq = new Map<number, Entry>();
-  private readonly strip: ReadonlySet<string>;
+  private readonly entryContext: EntryContext;
+  private readonly counters: OutcomeCounters;
   private readonly directRoutes: ReadonlySet<string>;
   private readonly label: { link: string };
   private readonly publishBackoff = new Backoff(100, 5_000);
   private readonly guardBackoff = new Backoff(100, 5_000);
   private publisher: JetStreamPublisher | undefined;
-  private publishPos = 0; // index into entries of the next entry that may need publishing
+  private publishPos = 0; // index into entries of the next entry that may need publishing (>= head)
   private publishBlockedUntil = 0;
   private claimInFlight = false;
   private commitInFlight = false;
@@ -63,7 +73,8 @@ export class Pipeline {
   private drainWaiters: (() => void)[] = [];
 
   constructor(private readonly deps: PipelineDeps) {
-    this.strip = stripSet(deps.link);
+    this.entryContext = { link: deps.link, strip: stripSet(deps.link), time: new NanosFormatter() };
+    this.counters = outcomeCounters(deps.metrics, deps.link.name);
     this.directRoutes = directRoutesFor(deps.link, deps.links);
     this.label = { link: deps.link.name };
   }
@@ -73,15 +84,19 @@ export class Pipeline {
     return this.bySeq.size;
   }
 
-  /** Publish time (ns) of the oldest message not yet acked, if any. */
-  get oldestSourceNanos(): bigint | undefined {
-    return this.entries.find((e) => e.state !== "done")?.sourceNanos;
+  /** Publish time (ms) of the oldest message not yet acked, if any. */
+  get oldestSourceMs(): number | undefined {
+    for (let i = this.head; i < this.entries.length; i++) {
+      const e = this.entries[i];
+      if (e && e.state !== "done") return e.sourceMs;
+    }
+    return undefined;
   }
 
   /** The destination side: set when it connects, cleared when it goes away (publishing waits). */
   setPublisher(publisher: JetStreamPublisher | undefined): void {
     this.publisher = publisher;
-    if (!publisher) this.rollback(0, new RelayError(ErrorCodes.PUBLISH_FAILED, "destination disconnected"));
+    if (!publisher) this.rollback(this.head, new RelayError(ErrorCodes.PUBLISH_FAILED, "destination disconnected"));
     this.schedule();
   }
 
@@ -105,8 +120,9 @@ export class Pipeline {
       this.count("loop");
       return;
     }
-    const entry = newEntry(msg, result.identity, this.deps.link, this.strip);
+    const entry = newEntry(msg, result.identity, this.entryContext);
     if (this.deps.guard.kind === "none") entry.state = "ready";
+    else this.claimQueue.push(entry);
     this.append(entry);
   }
 
@@ -123,7 +139,11 @@ export class Pipeline {
   async abandon(): Promise<void> {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     const claimed = this.entries.filter((e) => e.token !== undefined && (e.state === "ready" || e.state === "publishing"));
+    for (const e of this.entries) e.state = "done";
     this.entries.length = 0;
+    this.claimQueue = [];
+    this.commitQueue = [];
+    this.head = 0;
     this.bySeq.clear();
     this.publishPos = 0;
     for (const entry of claimed) entry.state = "done";
@@ -151,7 +171,7 @@ export class Pipeline {
       return;
     }
     this.deps.logger.warn({ id, seq: msg.info.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
-    const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.deps.link, this.strip);
+    const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.entryContext);
     toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
     this.append(entry);
   }
@@ -184,11 +204,8 @@ export class Pipeline {
   // ---- guard claim: one round trip per batch, batches in arrival order -------------------------------
   private claimNext(): void {
     if (this.claimInFlight || Date.now() < this.guardBlockedUntil) return;
-    const batch: Entry[] = [];
-    for (const e of this.entries) {
-      if (e.state === "claim") batch.push(e);
-      if (batch.length >= this.deps.link.batchSize) break;
-    }
+    if (this.claimQueue.length === 0) return;
+    const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
     if (batch.length === 0) return;
     this.claimInFlight = true;
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
@@ -199,7 +216,11 @@ export class Pipeline {
         this.guardRecovered();
         batch.forEach((e, i) => this.applyClaim(e, results[i]));
       })
-      .catch((err: unknown) => this.guardFailed(err))
+      .catch((err: unknown) => {
+        // Nothing was claimed that we know of: the batch goes back to the front, in order.
+        this.claimQueue = [...batch.filter((e) => e.state === "claim"), ...this.claimQueue];
+        this.guardFailed(err);
+      })
       .finally(() => {
         this.claimInFlight = false;
         this.schedule();
@@ -216,11 +237,11 @@ export class Pipeline {
         entry.state = "ready";
         return;
       case "duplicate":
-        this.deps.metrics.corrections.inc({ ...this.label, kind: "guard_duplicate" });
+        this.counters.corrections.guard_duplicate.inc();
         this.finish(entry, "duplicate");
         return;
       case "stale":
-        this.deps.metrics.corrections.inc({ ...this.label, kind: "stale_version" });
+        this.counters.corrections.stale_version.inc();
         this.finish(entry, "stale");
         return;
       case "in-flight":
@@ -235,6 +256,7 @@ export class Pipeline {
   private publishReady(): void {
     const publisher = this.publisher;
     if (!publisher || Date.now() < this.publishBlockedUntil) return;
+    if (this.publishPos < this.head) this.publishPos = this.head;
     while (this.publishPos < this.entries.length) {
       const entry = this.entries[this.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
@@ -243,7 +265,7 @@ export class Pipeline {
       entry.state = "publishing";
       const attempt = ++entry.attempt;
       entry.publishStartedAt = performance.now();
-      publisher.publish(entry.subject, entry.data, entry.headers, (err, ack) => this.onPubAck(entry, attempt, err, ack));
+      publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.onPubAck(entry, attempt, err, ack));
     }
   }
 
@@ -252,18 +274,23 @@ export class Pipeline {
     if (ack) {
       // A success is a success whatever attempt it answers: the message is in the stream.
       entry.state = "published";
-      this.deps.metrics.publishDuration.observe(this.label, (performance.now() - entry.publishStartedAt) / 1000);
+      this.counters.publishDuration.observe((performance.now() - entry.publishStartedAt) / 1000);
       if (ack.duplicate) {
-        this.deps.metrics.corrections.inc({ ...this.label, kind: "broker_duplicate" });
+        this.counters.corrections.broker_duplicate.inc();
         this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
       }
       entry.brokerDuplicate = ack.duplicate;
       this.publishRecovered();
-      this.schedule();
+      if (this.deps.guard.kind === "none") {
+        this.finish(entry, this.outcomeOf(entry));
+      } else {
+        this.commitQueue.push(entry);
+        this.schedule();
+      }
       return;
     }
     if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
-    const index = this.entries.indexOf(entry);
+    const index = this.entries.indexOf(entry, this.head);
     if (err.code === ErrorCodes.PUBLISH_REJECTED && entry.deadLetterReason === undefined) {
       const policy = this.deps.link.badMessage;
       this.deps.metrics.errors.inc({ ...this.label, code: err.code });
@@ -274,17 +301,18 @@ export class Pipeline {
       }
       this.deps.logger.warn({ id: entry.identity.id, seq: entry.seq, reason: err.message }, "destination rejected message: dead-lettering");
       toDeadLetter(entry, policy.subject, this.deps.link.name, err.message);
-      this.publishPos = Math.min(this.publishPos, index);
+      if (index >= 0) this.publishPos = Math.min(this.publishPos, index);
       this.schedule();
       return;
     }
-    this.rollback(index, err);
+    if (index >= 0) this.rollback(index, err);
   }
 
   /** Everything from `index` on that has no PubAck is published again, in order, after a backoff. */
   private rollback(index: number, err: RelayError): void {
     let rolled = 0;
-    for (let i = Math.max(0, index); i < this.entries.length; i++) {
+    const from = Math.max(this.head, index);
+    for (let i = from; i < this.entries.length; i++) {
       const e = this.entries[i];
       if (e?.state === "publishing") {
         e.state = "ready";
@@ -292,8 +320,8 @@ export class Pipeline {
         rolled++;
       }
     }
-    this.publishPos = Math.min(this.publishPos, Math.max(0, index));
-    if (rolled === 0 && index !== 0) return;
+    this.publishPos = Math.min(this.publishPos, from);
+    if (rolled === 0 && index > this.head) return;
     this.deps.metrics.errors.inc({ ...this.label, code: err.code });
     this.troubled = true;
     this.publishBlockedUntil = Date.now() + this.publishBackoff.next();
@@ -304,16 +332,8 @@ export class Pipeline {
 
   // ---- commit then ack ---------------------------------------------------------------------------------
   private commitNext(): void {
-    if (this.deps.guard.kind === "none") {
-      for (const e of this.entries) if (e.state === "published") this.finish(e, this.outcomeOf(e));
-      return;
-    }
-    if (this.commitInFlight || Date.now() < this.guardBlockedUntil) return;
-    const batch: Entry[] = [];
-    for (const e of this.entries) {
-      if (e.state === "published") batch.push(e);
-      if (batch.length >= this.deps.link.batchSize) break;
-    }
+    if (this.commitInFlight || Date.now() < this.guardBlockedUntil || this.commitQueue.length === 0) return;
+    const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
     if (batch.length === 0) return;
     this.commitInFlight = true;
     for (const e of batch) e.state = "committing";
@@ -328,7 +348,9 @@ export class Pipeline {
       })
       .catch((err: unknown) => {
         // Already in the destination: keep it, commit again when the guard is back, then ack.
-        for (const e of batch) if (e.state === "committing") e.state = "published";
+        const back = batch.filter((e) => e.state === "committing");
+        for (const e of back) e.state = "published";
+        this.commitQueue = [...back, ...this.commitQueue];
         this.guardFailed(err);
       })
       .finally(() => {
@@ -346,8 +368,7 @@ export class Pipeline {
     for (const d of entry.deliveries) d.ack();
     this.count(outcome);
     if (outcome === "relayed") {
-      const ageSeconds = Number(BigInt(Date.now()) * 1_000_000n - entry.sourceNanos) / 1e9;
-      this.deps.metrics.replayAge.observe(this.label, Math.max(0, ageSeconds));
+      this.counters.replayAge.observe(Math.max(0, (Date.now() - entry.sourceMs) / 1000));
     }
     this.remove(entry);
   }
@@ -358,13 +379,13 @@ export class Pipeline {
     if (this.bySeq.size === 0) this.notifyDrained();
   }
 
-  /** Drops finished entries from the front so indexes stay small. */
+  /** Moves `head` past finished entries; compacts the array once the dead prefix is large. */
   private trim(): void {
-    let n = 0;
-    while (n < this.entries.length && this.entries[n]?.state === "done") n++;
-    if (n === 0) return;
-    this.entries.splice(0, n);
-    this.publishPos = Math.max(0, this.publishPos - n);
+    while (this.head < this.entries.length && this.entries[this.head]?.state === "done") this.head++;
+    if (this.head < 4_096 && this.head * 2 < this.entries.length) return;
+    this.entries.splice(0, this.head);
+    this.publishPos = Math.max(0, this.publishPos - this.head);
+    this.head = 0;
   }
 
   private guardFailed(err: unknown): void {
@@ -393,7 +414,7 @@ export class Pipeline {
   }
 
   private count(outcome: MessageOutcome): void {
-    this.deps.metrics.messages.inc({ ...this.label, outcome });
+    this.counters.messages[outcome].inc();
   }
 
   private debug(decision: string, id: string, extra: Record<string, unknown>): void {

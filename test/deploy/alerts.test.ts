@@ -89,7 +89,9 @@ test("promtool test rules: every case in alerts.test.yml passes", () => {
 
 test("promtool check config accepts the example prometheus.yml, which scrapes job jetstream-relay", () => {
   promtool(["check", "config", PROMETHEUS_CONFIG]);
-  const config = readYaml<{ rule_files: string[]; scrape_configs: { job_name: string }[] }>(PROMETHEUS_CONFIG);
+  const config = readYaml<{ rule_files: string[]; scrape_configs: { job_name: string }[] }>(
+    PROMETHEUS_CONFIG,
+  );
   assert.ok(config.rule_files.includes("alerts.yml"), "prometheus.yml must load alerts.yml");
   assert.ok(
     config.scrape_configs.some((s) => s.job_name === "jetstream-relay"),
@@ -107,7 +109,10 @@ test("one group jetstream-relay with every required alert, each with severity, s
   assert.deepEqual([...names].sort(), [...REQUIRED_ALERTS].sort());
   for (const a of alerts()) {
     const where = `alert ${a.alert}`;
-    assert.ok(SEVERITIES.includes(a.labels?.severity ?? ""), `${where}: labels.severity must be one of ${SEVERITIES.join(", ")}`);
+    assert.ok(
+      SEVERITIES.includes(a.labels?.severity ?? ""),
+      `${where}: labels.severity must be one of ${SEVERITIES.join(", ")}`,
+    );
     const summary = a.annotations?.summary ?? "";
     const runbook = a.annotations?.runbook ?? "";
     assert.ok(summary.trim().length > 10, `${where}: annotations.summary is missing`);
@@ -125,7 +130,10 @@ test("the recording rule relay:correction_ratio:rate10m exists and every relay:*
     // Rules of a group run in order: a rule reading a recorded series must come after its rule.
     for (const used of r.expr.match(/\b[a-z_]+:[a-z0-9_:]+/g) ?? []) {
       assert.ok(recorded.has(used), `${r.alert ?? r.record}: reads ${used}, which no rule records`);
-      assert.ok(rulesBefore.has(used), `${r.alert ?? r.record}: reads ${used} before the rule that records it`);
+      assert.ok(
+        rulesBefore.has(used),
+        `${r.alert ?? r.record}: reads ${used} before the rule that records it`,
+      );
     }
     if (r.record !== undefined) rulesBefore.add(r.record);
   }
@@ -151,7 +159,9 @@ test("alerts.test.yml has, for every alert, a case where it fires and one where 
 });
 
 test("the Kubernetes PrometheusRule carries exactly the groups of alerts.yml", () => {
-  const docs = parseAllDocuments(readFileSync(join(ROOT, PROMETHEUS_RULE), "utf8")).map((d) => d.toJS() as unknown);
+  const docs = parseAllDocuments(readFileSync(join(ROOT, PROMETHEUS_RULE), "utf8")).map(
+    (d) => d.toJS() as unknown,
+  );
   const rules = docs.filter(
     (d): d is { kind: string; apiVersion: string; spec: { groups: RuleGroup[] } } =>
       typeof d === "object" && d !== null && (d as { kind?: unknown }).kind === "PrometheusRule",

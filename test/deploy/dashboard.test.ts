@@ -54,7 +54,9 @@ interface Rule {
 
 const dashboard = (): Dashboard => JSON.parse(readFileSync(join(ROOT, DASHBOARD), "utf8")) as Dashboard;
 const rules = (): Rule[] =>
-  (parse(readFileSync(join(ROOT, ALERTS), "utf8")) as { groups: { rules: Rule[] }[] }).groups.flatMap((g) => g.rules);
+  (parse(readFileSync(join(ROOT, ALERTS), "utf8")) as { groups: { rules: Rule[] }[] }).groups.flatMap(
+    (g) => g.rules,
+  );
 
 /** Every panel, rows' nested panels included. */
 function allPanels(d: Dashboard): Panel[] {
@@ -72,9 +74,10 @@ async function exportedSeries(): Promise<Set<string>> {
   const { registry } = createMetrics();
   const names = new Set<string>(["up"]);
   for (const m of await registry.getMetricsAsJSON()) {
-    if (m.type === "histogram") {
+    const type = String(m.type);
+    if (type === "histogram") {
       for (const suffix of ["_bucket", "_sum", "_count"]) names.add(m.name + suffix);
-    } else if (m.type === "summary") {
+    } else if (type === "summary") {
       for (const suffix of ["", "_sum", "_count"]) names.add(m.name + suffix);
     } else {
       names.add(m.name);
@@ -85,11 +88,35 @@ async function exportedSeries(): Promise<Set<string>> {
 
 const NOT_METRICS = new Set([
   // aggregation operators (may be followed by `by (...)` rather than a parenthesis)
-  "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk",
-  "quantile", "limitk", "limit_ratio",
+  "sum",
+  "min",
+  "max",
+  "avg",
+  "group",
+  "stddev",
+  "stdvar",
+  "count",
+  "count_values",
+  "bottomk",
+  "topk",
+  "quantile",
+  "limitk",
+  "limit_ratio",
   // keywords and binary operators
-  "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset", "and", "or", "unless",
-  "atan2", "inf", "nan",
+  "by",
+  "without",
+  "on",
+  "ignoring",
+  "group_left",
+  "group_right",
+  "bool",
+  "offset",
+  "and",
+  "or",
+  "unless",
+  "atan2",
+  "inf",
+  "nan",
 ]);
 
 /**
@@ -151,7 +178,9 @@ test("metricNames finds metrics and only metrics", () => {
     ),
     ["relay_corrections_total", "relay_messages_total", "relay:x:y"],
   );
-  assert.deepEqual(metricNames('up{job="jetstream-relay"} == 0 or absent(up{job="jetstream-relay"})'), ["up"]);
+  assert.deepEqual(metricNames('up{job="jetstream-relay"} == 0 or absent(up{job="jetstream-relay"})'), [
+    "up",
+  ]);
 });
 
 test("every metric in every dashboard query and alert rule is one the relay exports", async () => {
@@ -182,7 +211,8 @@ test("the link variable lists links from relay_messages_total; the datasource is
   assert.equal(ds?.query, "prometheus");
   const link = vars.get("link");
   assert.equal(link?.type, "query");
-  const q = typeof link?.query === "string" ? link.query : (link?.query as { query?: string } | undefined)?.query;
+  const q =
+    typeof link?.query === "string" ? link.query : (link?.query as { query?: string } | undefined)?.query;
   assert.equal(q, "label_values(relay_messages_total, link)");
   assert.equal(link?.definition, "label_values(relay_messages_total, link)");
   assert.deepEqual(link?.datasource, { type: "prometheus", uid: DS_UID });
@@ -192,8 +222,15 @@ test("the link variable lists links from relay_messages_total; the datasource is
     assert.deepEqual(p.datasource, { type: "prometheus", uid: DS_UID }, `panel "${p.title}": datasource`);
     assert.ok((p.targets ?? []).length > 0, `panel "${p.title}" has no query`);
     for (const t of p.targets ?? []) {
-      assert.deepEqual(t.datasource, { type: "prometheus", uid: DS_UID }, `panel "${p.title}" ${t.refId}: datasource`);
-      assert.ok(t.expr?.includes("relay_") || t.expr?.includes("up"), `panel "${p.title}" ${t.refId}: no relay metric`);
+      assert.deepEqual(
+        t.datasource,
+        { type: "prometheus", uid: DS_UID },
+        `panel "${p.title}" ${t.refId}: datasource`,
+      );
+      assert.ok(
+        t.expr?.includes("relay_") || t.expr?.includes("up"),
+        `panel "${p.title}" ${t.refId}: no relay metric`,
+      );
     }
   }
 });
@@ -206,7 +243,10 @@ test("the dashboard has the panels operators need, laid out without overlaps", (
   assert.equal(new Set(ids).size, ids.length, "panel ids must be unique");
 
   const byMetric = (metric: string, type?: string) =>
-    panels.filter((p) => (type === undefined || p.type === type) && (p.targets ?? []).some((t) => t.expr?.includes(metric)));
+    panels.filter(
+      (p) =>
+        (type === undefined || p.type === type) && (p.targets ?? []).some((t) => t.expr?.includes(metric)),
+    );
   const need: [string, string, string?][] = [
     ["throughput by outcome", "relay_messages_total", "timeseries"],
     ["correction rate", "relay_corrections_total", "timeseries"],
@@ -227,23 +267,44 @@ test("the dashboard has the panels operators need, laid out without overlaps", (
   );
   assert.ok(outcome, "throughput must be broken down by link and outcome");
   const quantiles = byMetric("relay_replay_age_seconds_bucket", "timeseries").flatMap((p) => p.targets ?? []);
-  assert.ok(quantiles.some((t) => t.expr?.includes("histogram_quantile(0.5,")), "replay age p50");
-  assert.ok(quantiles.some((t) => t.expr?.includes("histogram_quantile(0.99,")), "replay age p99");
+  assert.ok(
+    quantiles.some((t) => t.expr?.includes("histogram_quantile(0.5,")),
+    "replay age p50",
+  );
+  assert.ok(
+    quantiles.some((t) => t.expr?.includes("histogram_quantile(0.99,")),
+    "replay age p99",
+  );
   const errors = byMetric("relay_errors_total", "timeseries").flatMap((p) => p.targets ?? []);
-  assert.ok(errors.some((t) => /by \(link, code\)/.test(t.expr ?? "")), "errors must be broken down by code");
+  assert.ok(
+    errors.some((t) => /by \(link, code\)/.test(t.expr ?? "")),
+    "errors must be broken down by code",
+  );
 
   // Every link state has a value mapping on the state timeline.
   const timeline = byMetric("relay_link_state", "state-timeline")[0] as unknown as {
     fieldConfig: { defaults: { mappings: { options: Record<string, { text: string }> }[] } };
   };
-  const texts = timeline.fieldConfig.defaults.mappings.flatMap((m) => Object.values(m.options).map((o) => o.text));
-  for (const state of ["starting", "catching-up", "live", "recovering", "paused", "resyncing", "stopped", "failed"]) {
+  const texts = timeline.fieldConfig.defaults.mappings.flatMap((m) =>
+    Object.values(m.options).map((o) => o.text),
+  );
+  for (const state of [
+    "starting",
+    "catching-up",
+    "live",
+    "recovering",
+    "paused",
+    "resyncing",
+    "stopped",
+    "failed",
+  ]) {
     assert.ok(texts.includes(state), `state timeline: no mapping for ${state}`);
   }
 
   // Grid: inside 24 columns, no two panels overlapping.
   const top = d.panels;
-  for (const p of top) assert.ok(p.gridPos.x >= 0 && p.gridPos.x + p.gridPos.w <= 24, `panel "${p.title}" is outside the grid`);
+  for (const p of top)
+    assert.ok(p.gridPos.x >= 0 && p.gridPos.x + p.gridPos.w <= 24, `panel "${p.title}" is outside the grid`);
   for (let i = 0; i < top.length; i++) {
     for (let j = i + 1; j < top.length; j++) {
       const a = top[i]?.gridPos;
@@ -263,7 +324,10 @@ test("promtool parses every dashboard query", () => {
       groups: [
         {
           name: "dashboard-queries",
-          rules: qs.map((q, i) => ({ record: `dashboard:query_${i}:check`, expr: withoutGrafanaVariables(q.expr) })),
+          rules: qs.map((q, i) => ({
+            record: `dashboard:query_${i}:check`,
+            expr: withoutGrafanaVariables(q.expr),
+          })),
         },
       ],
     };

@@ -76,8 +76,11 @@ export class RelayProcess {
   private child: ChildProcess;
   readonly exited: Promise<number | null>;
 
-  constructor(args: readonly string[], env: Record<string, string> = {}) {
-    this.child = spawn(process.execPath, ["--import", "tsx", join(REPO_ROOT, "src/cli.ts"), ...args], {
+  /** `compiled`: run `dist/cli.js` (after `npm run build`) instead of the TypeScript source through tsx. */
+  constructor(args: readonly string[], env: Record<string, string> = {}, opts: { compiled?: boolean; nodeArgs?: string[] } = {}) {
+    const entry = opts.compiled ? [join(REPO_ROOT, "dist/cli.js")] : ["--import", "tsx", join(REPO_ROOT, "src/cli.ts")];
+    entry.unshift(...(opts.nodeArgs ?? []));
+    this.child = spawn(process.execPath, [...entry, ...args], {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
       stdio: ["ignore", "pipe", "pipe"],

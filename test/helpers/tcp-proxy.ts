@@ -74,6 +74,13 @@ export async function startTcpProxy(target: { port: number; host?: string }): Pr
     server.listen(0, "127.0.0.1", () => resolve());
   });
 
+  const dropAll = (): void => {
+    for (const p of [...pairs]) {
+      p.client.destroy();
+      p.upstream.destroy();
+    }
+    pairs.clear();
+  };
   return {
     port: (server.address() as AddressInfo).port,
     get accepted() {
@@ -85,15 +92,9 @@ export async function startTcpProxy(target: { port: number; host?: string }): Pr
         armed = resolve;
       });
     },
-    dropAll() {
-      for (const p of [...pairs]) {
-        p.client.destroy();
-        p.upstream.destroy();
-      }
-      pairs.clear();
-    },
+    dropAll,
     close() {
-      this.dropAll();
+      dropAll();
       return new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };

@@ -151,12 +151,15 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.equal(await s.pttl(s.keys.version("E1")), -1, "versions have no TTL");
 
       const r = await g.claim([v("m81", 81), v("m82b", 82), v("m83", 83), v("other", 1, "E2")]);
-      assert.deepEqual(r.map(({ decision, storedVersion }) => ({ decision, storedVersion })), [
-        { decision: "stale", storedVersion: 82 },
-        { decision: "stale", storedVersion: 82 },
-        { decision: "relay", storedVersion: 82 },
-        { decision: "relay", storedVersion: undefined },
-      ]);
+      assert.deepEqual(
+        r.map(({ decision, storedVersion }) => ({ decision, storedVersion })),
+        [
+          { decision: "stale", storedVersion: 82 },
+          { decision: "stale", storedVersion: 82 },
+          { decision: "relay", storedVersion: 82 },
+          { decision: "relay", storedVersion: undefined },
+        ],
+      );
       assert.equal(await s.raw(s.keys.id("m81")), null);
       assert.equal(await s.raw(s.keys.id("m82b")), null);
     });
@@ -169,7 +172,11 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.equal(down[1]?.storedVersion, 82);
       assert.equal(await s.raw(s.keys.id("d81")), null);
       const up = await g.claim([v("u81", 81, "up"), v("u82", 82, "up"), v("u82", 82, "up")]);
-      assert.deepEqual(decisions(up), ["relay", "relay", "in-flight"], "a repeated id is carried by its first copy");
+      assert.deepEqual(
+        decisions(up),
+        ["relay", "relay", "in-flight"],
+        "a repeated id is carried by its first copy",
+      );
       assert.equal(await s.raw(s.keys.version("down")), null);
     });
 
@@ -184,7 +191,12 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.equal(await s.raw(s.keys.version("E1")), "10", "an older commit lowered the version");
 
       const batch = [v("v12", 12), v("v11", 11)];
-      await a.commit(claimed(batch, [{ decision: "relay", token: "t" }, { decision: "relay", token: "t" }]));
+      await a.commit(
+        claimed(batch, [
+          { decision: "relay", token: "t" },
+          { decision: "relay", token: "t" },
+        ]),
+      );
       assert.equal(await s.raw(s.keys.version("E1")), "12");
       assert.deepEqual(decisions(await a.claim([v("v10", 10), v("v12", 12), v("v12b", 12)])), [
         "duplicate",
@@ -201,7 +213,9 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual(decisions(rs), ["relay", "relay", "relay"]);
       await g.commit(claimed(items, rs));
       assert.equal(await s.raw(s.keys.version("E")), "5");
-      await assert.rejects(g.claim([{ id: "nan", entity: "E", version: Number.NaN }]), { code: "BAD_MESSAGE" });
+      await assert.rejects(g.claim([{ id: "nan", entity: "E", version: Number.NaN }]), {
+        code: "BAD_MESSAGE",
+      });
     });
   });
 }

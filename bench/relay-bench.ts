@@ -1,0 +1,173 @@
+/**
+ * npm run bench — relays a backlog of 200,000 × 512-byte messages between two local nats-servers and
+ * prints, from this one run on this machine, every figure as a ratio to native JetStream sourcing:
+ *   native sourcing (leafnode + domains, `sources: [{ external }]`)   = the baseline
+ *   raw JetStream publish ceiling (pipelined publish + PubAck parse)  = what filling a stream costs
+ *   relay, broker dedup only                                           = msgs/s and peak RSS
+ *   relay with the Redis guard                                         = msgs/s and peak RSS
+ * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
+ */
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { headers, nanos } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { JetStreamPublisher } from "../src/nats/publisher.js";
+import { LocalBackend } from "../test/helpers/local-backend.js";
+import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
+
+const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
+const SIZE = 512;
+const payload = new Uint8Array(SIZE).fill(120);
+
+interface Result {
+  name: string;
+  msgsPerSec: number;
+  seconds: number;
+  peakRssMb?: number;
+}
+
+async function addStream(nc: NatsConnection, name: string, subjects: string[], extra: Record<string, unknown> = {}) {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.add({ name, subjects, retention: RetentionPolicy.Limits, storage: StorageType.File, duplicate_window: nanos(120_000), ...extra });
+}
+
+/** Fills a stream as fast as the pipelined publisher goes, 4,096 in flight; returns msgs/s. */
+async function fill(nc: NatsConnection, subject: string, count: number, idPrefix: string): Promise<number> {
+  const publisher = new JetStreamPublisher(nc, 30_000);
+  const started = performance.now();
+  let sent = 0;
+  let done = 0;
+  await new Promise<void>((resolve, reject) => {
+    const pump = () => {
+      while (sent < count && sent - done < 4_096) {
+        const h = headers();
+        h.set("Nats-Msg-Id", `${idPrefix}-${sent}`);
+        publisher.publish(`${subject}.${sent % 16}`, payload, h, (err) => {
+          if (err) return reject(err);
+          if (++done === count) resolve();
+          else if (done % 1_024 === 0) setImmediate(pump);
+        });
+        sent++;
+      }
+    };
+    pump();
+  });
+  publisher.close();
+  return count / ((performance.now() - started) / 1000);
+}
+
+/** Polls the stream's message count; times from the first message to the last. */
+async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  const deadline = Date.now() + timeoutMs;
+  let first = 0;
+  for (;;) {
+    const n = (await jsm.streams.info(stream)).state.messages;
+    if (n > 0 && first === 0) first = performance.now();
+    if (n >= count) return (performance.now() - first) / 1000;
+    if (Date.now() > deadline) throw new Error(`${stream}: ${n} of ${count} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function peakRssMb(pid: number | undefined): number | undefined {
+  if (!pid) return undefined;
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m?.[1] ? Number(m[1]) / 1024 : undefined;
+}
+
+async function nativeSourcing(servers: LocalBackend): Promise<Result> {
+  const hub = await servers.startNats({ domain: "a", leafListen: true });
+  const leaf = await servers.startNats({ domain: "b", leafRemotes: [`nats-leaf://127.0.0.1:${hub.leafPort}`] });
+  const nca = await connect({ servers: hub.url });
+  const ncb = await connect({ servers: leaf.url });
+  await addStream(nca, "SRC", ["src.>"]);
+  await fill(nca, "src", COUNT, "n");
+  // The leafnode connection must be up before the destination can reach $JS.a.API.
+  for (let i = 0; i < 100; i++) {
+    const leafz = (await (await fetch(`http://127.0.0.1:${leaf.monitorPort}/leafz`)).json()) as { leafnodes?: number };
+    if ((leafz.leafnodes ?? 0) > 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await addStream(ncb, "DST", [], { sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
+  const seconds = await timeUntilFull(ncb, "DST", COUNT);
+  await Promise.all([nca.close(), ncb.close()]);
+  return { name: "native JetStream sourcing", msgsPerSec: COUNT / seconds, seconds };
+}
+
+async function relay(servers: LocalBackend, name: string, guardYaml: string): Promise<Result> {
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+  const nca = await connect({ servers: a.url });
+  const ncb = await connect({ servers: b.url });
+  await addStream(nca, "SRC", ["src.>"]);
+  await addStream(ncb, "DST", ["src.>"]);
+  await fill(nca, "src", COUNT, "r");
+  const config = await writeConfig(`
+regions:
+  a: { servers: ["${a.url}"] }
+  b: { servers: ["${b.url}"] }
+links:
+  - name: bench
+    from: { region: a, stream: SRC }
+    to: { region: b, stream: DST }
+    batchSize: 1000
+    inFlight: 4096
+${guardYaml}
+http: { listen: "127.0.0.1:0" }
+log: { level: warn }
+`);
+  const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
+  try {
+    const seconds = await timeUntilFull(ncb, "DST", COUNT);
+    const rss = peakRssMb(proc.pid);
+    return { name, msgsPerSec: COUNT / seconds, seconds, ...(rss ? { peakRssMb: rss } : {}) };
+  } finally {
+    proc.signal("SIGTERM");
+    await proc.exited;
+    await Promise.all([nca.close(), ncb.close()]);
+  }
+}
+
+async function main(): Promise<void> {
+  const build = spawnSync("npm", ["run", "build", "--silent"], { stdio: "inherit" });
+  if (build.status !== 0) throw new Error("npm run build failed");
+  const servers = new LocalBackend();
+  try {
+    console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, nats-server from PATH\n`);
+    const native = await nativeSourcing(servers);
+    const [fa] = await Promise.all([servers.startNats()]);
+    const ncf = await connect({ servers: fa.url });
+    await addStream(ncf, "FILL", ["fill.>"]);
+    const ceiling = await fill(ncf, "fill", COUNT, "c");
+    await ncf.close();
+    const redis = await servers.startRedis({ appendonly: true });
+    const results: Result[] = [
+      native,
+      { name: "raw JetStream publish ceiling", msgsPerSec: ceiling, seconds: COUNT / ceiling },
+      await relay(servers, "relay (broker dedup only)", ""),
+      await relay(servers, "relay + Redis guard", `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`),
+    ];
+    const base = native.msgsPerSec;
+    console.log(`${"".padEnd(34)}${"msgs/s".padStart(10)}${"seconds".padStart(10)}${"vs native".padStart(11)}${"peak RSS".padStart(11)}`);
+    for (const r of results) {
+      console.log(
+        `${r.name.padEnd(34)}${Math.round(r.msgsPerSec).toString().padStart(10)}${r.seconds.toFixed(2).padStart(10)}` +
+          `${(r.msgsPerSec / base).toFixed(2).padStart(10)}x${(r.peakRssMb ? `${r.peakRssMb.toFixed(0)} MB` : "-").padStart(11)}`,
+      );
+    }
+    const [unguarded, guarded] = [results[2], results[3]];
+    if (unguarded && guarded) console.log(`\nguarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
+  } finally {
+    await servers.cleanup();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
