@@ -1,16 +1,24 @@
 import { loadConfig } from "../config/load.js";
+import { scrubSecrets, secretsOf } from "../config/redact.js";
+import { exitCodeFor, runPreflight, selectLinks } from "../preflight/preflight.js";
+import { formatReport } from "../preflight/report.js";
 import type { CommandSpec } from "./args.js";
 import { helpText, parseCommandArgs, requireString } from "./args.js";
 
 export const checkSpec: CommandSpec = {
   name: "check",
-  summary: "validate a config file offline and print, per region, the links a relay there would run",
-  usage: "jetstream-relay check --config FILE",
+  summary:
+    "validate a config file and print, per region, the links a relay there would run; with --live, connect and check streams, subjects, dedup and guards (see docs/check.md)",
+  usage: "jetstream-relay check --config FILE [--live] [--strict] [--region NAME]",
   options: {
     config: { type: "string", short: "c", description: "config file (YAML)" },
+    live: { type: "boolean", description: "connect to every region (and guard Redis) and check each link" },
+    strict: { type: "boolean", description: "exit 1 when any check warns" },
+    region: { type: "string", description: "only the links whose destination is this region" },
   },
 };
 
+/** Exit codes: 0 ok (warnings allowed), 1 a warning under --strict, 2 an error, a bad config or bad usage. */
 export async function checkCommand(argv: readonly string[]): Promise<number> {
   const values = parseCommandArgs(checkSpec, argv);
   if (values.help) {
@@ -18,16 +26,24 @@ export async function checkCommand(argv: readonly string[]): Promise<number> {
     return 0;
   }
   const path = requireString(checkSpec, values, "config");
+  const region = typeof values.region === "string" ? values.region : undefined;
   const config = await loadConfig(path);
+  selectLinks(config, region); // a USAGE error for an unknown --region, before anything is printed
   console.log(`config ${path} is valid: ${config.regions.size} regions, ${config.links.length} links`);
-  for (const region of config.regions.keys()) {
-    const links = config.links.filter((l) => l.to.region === region);
-    console.log(`\nregion ${region}: jetstream-relay run --region ${region} runs ${links.length} link(s)`);
+  for (const name of config.regions.keys()) {
+    if (region !== undefined && name !== region) continue;
+    const links = config.links.filter((l) => l.to.region === name);
+    console.log(`\nregion ${name}: jetstream-relay run --region ${name} runs ${links.length} link(s)`);
     for (const l of links) {
       const filter = l.from.filterSubject ? ` filter ${l.from.filterSubject}` : "";
       const guard = l.guard ? `guard ${l.guard.store.kind}` : "broker dedup only";
       console.log(`  ${l.name}: ${l.from.region}/${l.from.stream}${filter} -> ${l.to.region}/${l.to.stream} (${guard})`);
     }
   }
-  return 0;
+  if (!values.live) return 0;
+
+  const report = await runPreflight(config, region === undefined ? {} : { region });
+  // The checks never put a secret in a row; scrubbing is the last line of defence.
+  console.log(scrubSecrets(formatReport(report), secretsOf(config)));
+  return exitCodeFor(report, values.strict === true);
 }

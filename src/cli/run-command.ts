@@ -24,8 +24,9 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
     console.log(helpText(runSpec));
     return 0;
   }
-  const config = await loadConfig(requireString(runSpec, values, "config"));
+  const configPath = requireString(runSpec, values, "config");
   const region = requireString(runSpec, values, "region");
+  const config = await loadConfig(configPath);
   const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
   const relay = new Relay(config, region, { logger });
   const [host, port] = splitListen(typeof values.http === "string" ? values.http : undefined, config.http);

@@ -64,6 +64,8 @@ export class Link {
   private backlog: BacklogReading | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
+  /** Resolves when the guard store is reachable (at once, unless it was down at start). */
+  private guardReady: Promise<void> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
   private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
@@ -94,13 +96,17 @@ export class Link {
     return this.state.state;
   }
 
-  /** Starts the guard and the consume loop; resolves once the loop runs (not when caught up). */
+  /**
+   * Starts the guard and the consume loop; resolves once the loop runs (not when caught up). A guard
+   * store that cannot be reached pauses the link until it can; one that refuses (`strict` without
+   * persistence) rejects.
+   */
   async start(): Promise<void> {
     if (this.running) return;
     if (this.deps.guard.kind === "none") {
       this.logger.info("no guard configured: duplicates beyond the destination's duplicate window are not suppressed");
     }
-    await this.deps.guard.start();
+    await this.startGuard();
     this.pipeline.setPublisher(this.publisher);
     this.watchConnection(this.deps.source, "source");
     this.watchConnection(this.deps.dest, "dest");
@@ -137,6 +143,35 @@ export class Link {
     };
   }
 
+  private async startGuard(): Promise<void> {
+    const backoff = new Backoff(250, 5_000);
+    const first = await this.deps.guard.start().then(
+      () => undefined,
+      (err: unknown) => toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE),
+    );
+    if (!first) return;
+    if (!first.isRetryable()) throw first;
+    this.trouble("guard", first);
+    this.deps.metrics.errors.inc({ link: this.name, code: first.code });
+    // Keep trying in the background: the link stays paused, nothing is consumed meanwhile.
+    this.guardReady = (async () => {
+      for (;;) {
+        await sleep(backoff.next(), this.abort.signal);
+        if (this.abort.signal.aborted) return;
+        try {
+          await this.deps.guard.start();
+          this.clear("guard");
+          return;
+        } catch (err) {
+          const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
+          if (!relayErr.isRetryable()) return this.fail(relayErr);
+          this.lastError = { code: relayErr.code, message: relayErr.message, at: new Date().toISOString() };
+          this.deps.metrics.errors.inc({ link: this.name, code: relayErr.code });
+        }
+      }
+    })();
+  }
+
   private async doStop(signal?: AbortSignal): Promise<void> {
     this.abort.abort();
     if (this.pollTimer) clearTimeout(this.pollTimer);
@@ -156,7 +191,8 @@ export class Link {
     const backoff = new Backoff(250, 5_000);
     const domain = this.deps.sourceRegion.domain;
     const js = jetstream(source, domain ? { domain } : {});
-    while (!this.abort.signal.aborted) {
+    await this.guardReady;
+    while (!this.abort.signal.aborted && this.state.state !== "failed") {
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
         await ensureDurable(this.jsm, config);

@@ -3,18 +3,19 @@ import type { MsgHdrs } from "@nats-io/nats-core";
 const encoder = new TextEncoder();
 
 /**
- * An outgoing NATS header block built as text and encoded once. The client's MsgHdrs validates and
- * canonicalises every key on every set; on the relay's hot path the keys are our own constants and the
- * values were already valid headers at the source, so that work (and its garbage) is skipped.
- * Values are still refused if they contain CR or LF, which would corrupt the protocol.
+ * An outgoing NATS header block kept as wire text and encoded once. The client's MsgHdrs validates and
+ * canonicalises every key on every set and keeps arrays per key; on the relay's hot path the keys are
+ * our own constants and the values were already valid headers at the source, so that work (and its
+ * garbage) is skipped. Values are still refused if they contain CR or LF, which would corrupt the
+ * protocol. `set`/`delete` re-scan the text: they are for the rare dead-letter path only.
  */
 export class HeaderBlock {
-  private readonly pairs: [string, string][] = [];
+  private text = "NATS/1.0\r\n";
   private bytes: Uint8Array | undefined;
 
   append(key: string, value: string): this {
     if (value.includes("\r") || value.includes("\n")) throw new TypeError(`header ${key}: value contains CR or LF`);
-    this.pairs.push([key, value]);
+    this.text += `${key}: ${value}\r\n`;
     this.bytes = undefined;
     return this;
   }
@@ -26,28 +27,37 @@ export class HeaderBlock {
   }
 
   get(key: string): string | undefined {
-    const lower = key.toLowerCase();
-    return this.pairs.find(([k]) => k.toLowerCase() === lower)?.[1];
+    return this.lines().find((l) => l.key === key.toLowerCase())?.value;
   }
 
   delete(key: string): void {
     const lower = key.toLowerCase();
-    for (let i = this.pairs.length - 1; i >= 0; i--) if (this.pairs[i]?.[0].toLowerCase() === lower) this.pairs.splice(i, 1);
+    this.text = `NATS/1.0\r\n${this.lines()
+      .filter((l) => l.key !== lower)
+      .map((l) => `${l.raw}\r\n`)
+      .join("")}`;
     this.bytes = undefined;
   }
 
   /** The wire form, `NATS/1.0\r\nKey: value\r\n...\r\n`, cached until the block changes. */
   encode(): Uint8Array {
-    if (!this.bytes) {
-      let text = "NATS/1.0\r\n";
-      for (const [k, v] of this.pairs) text += `${k}: ${v}\r\n`;
-      this.bytes = encoder.encode(`${text}\r\n`);
-    }
+    this.bytes ??= encoder.encode(`${this.text}\r\n`);
     return this.bytes;
   }
 
   /** What `NatsConnection.publish` takes: it only ever calls `encode()` on it. */
   asMsgHdrs(): MsgHdrs {
     return this as unknown as MsgHdrs;
+  }
+
+  private lines(): { key: string; value: string; raw: string }[] {
+    return this.text
+      .split("\r\n")
+      .slice(1)
+      .filter((l) => l !== "")
+      .map((raw) => {
+        const i = raw.indexOf(":");
+        return { key: raw.slice(0, i).trim().toLowerCase(), value: raw.slice(i + 1).trim(), raw };
+      });
   }
 }

@@ -1,0 +1,610 @@
+/**
+ * The live checks of `jetstream-relay check --live`, one function per row of a link's table.
+ *
+ * Every function is pure: preflight.ts gathers the facts (connections, stream and consumer info,
+ * Redis persistence) and passes them in; a check only decides. A check whose facts could not be
+ * gathered because something it depends on failed is "skipped" (the failure has its own row).
+ * Nothing here ever sees a secret: the facts hold names, subjects and numbers only, and error
+ * reasons were scrubbed where they were caught.
+ */
+import type { LinkConfig } from "../config/types.js";
+import { formatDuration } from "../config/durations.js";
+import {
+  firstIntersection,
+  isCoveredBy,
+  isSubsetOf,
+  intersects,
+  patternProblem,
+  transformPattern,
+} from "./subjects.js";
+
+export type Level = "ok" | "warning" | "error" | "skipped";
+
+export interface CheckResult {
+  readonly name: string;
+  readonly level: Level;
+  /** What was found and why it matters. */
+  readonly detail: string;
+  /** What to do about it (warnings and errors). */
+  readonly fix?: string;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Facts, as preflight.ts gathers them
+
+export type RegionFact =
+  { readonly ok: true; readonly server: string } | { readonly ok: false; readonly reason: string };
+
+export interface StreamFacts {
+  readonly name: string;
+  /** The stream's own subjects; empty for a mirror or a stream fed only by sources. */
+  readonly subjects: readonly string[];
+  readonly retention: string;
+  /** 0 when the server reports none. */
+  readonly duplicateWindowMs: number;
+  /** 0 = unlimited. */
+  readonly maxAgeMs: number;
+  readonly messages: number;
+  /** A mirror, or a stream with sources. */
+  readonly sourced: boolean;
+}
+
+export type StreamFact =
+  | { readonly kind: "found"; readonly stream: StreamFacts }
+  | { readonly kind: "missing" }
+  /** The JetStream API call failed (no JetStream, timeout, permissions). */
+  | { readonly kind: "failed"; readonly reason: string }
+  /** The region was not reachable: the region row says why. */
+  | { readonly kind: "unreachable" };
+
+export interface ConsumerFacts {
+  readonly filterSubjects: readonly string[];
+  readonly numPending: number;
+  readonly numAckPending: number;
+  readonly ackFloorStreamSeq: number;
+  readonly ackFloorConsumerSeq: number;
+}
+
+export type ConsumerFact =
+  | { readonly kind: "found"; readonly consumer: ConsumerFacts }
+  | { readonly kind: "missing" }
+  | { readonly kind: "failed"; readonly reason: string }
+  | { readonly kind: "unreachable" };
+
+export type RedisFact =
+  | {
+      readonly ok: true;
+      readonly target: string;
+      readonly persistence: "aof" | "none" | "unknown";
+      readonly appendfsync?: string;
+      readonly reason?: string;
+    }
+  | { readonly ok: false; readonly target: string; readonly reason: string };
+
+/** Streams in the destination region whose subjects overlap the dead-letter subject. */
+export type DeadLetterFact =
+  | { readonly kind: "found"; readonly streams: readonly string[] }
+  | { readonly kind: "failed"; readonly reason: string }
+  | { readonly kind: "unreachable" };
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+const MIN_HORIZON_MS = 120_000;
+
+/**
+ * How long after its first publish a message can be published again by the link: a redelivery
+ * after the ack wait (twice, to allow one lost ack), a replay up to `maxReplayAge`, and never less
+ * than the NATS default duplicate window (2 min).
+ */
+export function replayHorizonMs(link: LinkConfig): number {
+  return Math.max(link.ackWaitMs * 2, link.maxReplayAgeMs ?? 0, MIN_HORIZON_MS);
+}
+
+function where(region: string, stream: string): string {
+  return `${region}/${stream}`;
+}
+
+function list(values: readonly string[]): string {
+  return values.length === 0 ? "(none)" : values.join(", ");
+}
+
+/** A subject list as a shell argument for the `nats` CLI. */
+function subjectsArg(values: readonly string[]): string {
+  return `"${values.join(",")}"`;
+}
+
+/**
+ * The source subjects the link reads: its filter, else the source stream's subjects. Undefined
+ * when that cannot be known (no filter, and the stream was not read or has no subjects of its own).
+ */
+export function sourcePatterns(link: LinkConfig, source: StreamFact): readonly string[] | undefined {
+  if (link.from.filterSubject) return [link.from.filterSubject];
+  if (source.kind !== "found" || source.stream.subjects.length === 0) return undefined;
+  return source.stream.subjects;
+}
+
+/** The destination subjects the link publishes to, given its source subjects. */
+export function destinationPatterns(link: LinkConfig, sourceSubjects: readonly string[]): string[] {
+  return [...new Set(sourceSubjects.flatMap((s) => transformPattern(s, link.to.transform)))];
+}
+
+function skipped(name: string, because: string): CheckResult {
+  return { name, level: "skipped", detail: `not checked: ${because}` };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Regions
+
+export function checkRegion(role: "source" | "destination", region: string, fact: RegionFact): CheckResult {
+  const name = `${role} region`;
+  if (fact.ok) return { name, level: "ok", detail: `${region}: connected to ${fact.server}` };
+  return {
+    name,
+    level: "error",
+    // The reason names the region and its servers (credentials stripped).
+    detail: `not reachable: ${fact.reason}`,
+    fix: `check regions.${region}.servers, the network path to them, auth and TLS; the ${role === "source" ? "link cannot read" : "link cannot publish"} until it connects`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Streams exist
+
+export function checkSourceStream(link: LinkConfig, source: StreamFact): CheckResult {
+  const name = "source stream";
+  const at = where(link.from.region, link.from.stream);
+  switch (source.kind) {
+    case "unreachable":
+      return skipped(name, `region ${link.from.region} is not reachable`);
+    case "failed":
+      return {
+        name,
+        level: "error",
+        detail: `${at}: cannot read the stream: ${source.reason}`,
+        fix: "make sure JetStream is enabled for the account and the relay's user may use the JetStream API",
+      };
+    case "missing":
+      return {
+        name,
+        level: "error",
+        detail: `${at} does not exist: the link has nothing to read and its durable cannot be created`,
+        fix: `create it in region ${link.from.region} (nats stream add ${link.from.stream} --subjects "<subjects>" --storage file --retention limits) or correct links[${link.name}].from.stream`,
+      };
+    case "found": {
+      const s = source.stream;
+      const filter = link.from.filterSubject;
+      const base = `${at} exists: subjects ${list(s.subjects)}${s.sourced ? " (mirror/sourced)" : ""}, ${s.messages} message(s)`;
+      if (filter && s.subjects.length > 0 && !s.subjects.some((subj) => intersects(filter, subj))) {
+        return {
+          name,
+          level: "error",
+          detail: `${base}; the link's filter ${filter} matches none of them: the server refuses the durable, and it would relay nothing`,
+          fix: `set links[${link.name}].from.filter to a subset of ${list(s.subjects)}, or remove it`,
+        };
+      }
+      return { name, level: "ok", detail: filter ? `${base}; filter ${filter}` : base };
+    }
+  }
+}
+
+export function checkDestinationStream(
+  link: LinkConfig,
+  dest: StreamFact,
+  wanted: readonly string[] | undefined,
+): CheckResult {
+  const name = "destination stream";
+  const at = where(link.to.region, link.to.stream);
+  switch (dest.kind) {
+    case "unreachable":
+      return skipped(name, `region ${link.to.region} is not reachable`);
+    case "failed":
+      return {
+        name,
+        level: "error",
+        detail: `${at}: cannot read the stream: ${dest.reason}`,
+        fix: "make sure JetStream is enabled for the account and the relay's user may use the JetStream API",
+      };
+    case "missing": {
+      const subjects = wanted && wanted.length > 0 ? subjectsArg(wanted) : '"<subjects>"';
+      return {
+        name,
+        level: "error",
+        detail: `${at} does not exist: every publish would get no responders and the link would retry forever`,
+        fix: `create it in region ${link.to.region}: nats stream add ${link.to.stream} --subjects ${subjects} --storage file --retention limits --dupe-window ${formatDuration(replayHorizonMs(link))}`,
+      };
+    }
+    case "found": {
+      const s = dest.stream;
+      return {
+        name,
+        level: "ok",
+        detail: `${at} exists: subjects ${list(s.subjects)}, ${s.messages} message(s)`,
+      };
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Destination retention
+
+export function checkRetention(link: LinkConfig, dest: StreamFact): CheckResult {
+  const name = "destination retention";
+  if (dest.kind !== "found") return skipped(name, "the destination stream was not read");
+  const r = dest.stream.retention;
+  if (r === "limits")
+    return {
+      name,
+      level: "ok",
+      detail: "limits: a stored message stays until the stream's limits remove it",
+    };
+  return {
+    name,
+    level: "error",
+    detail: `${r}: interest/work-queue destinations can ack a message they dropped (no consumer interest, or consumed and removed), so the relay would ack the source for a message that is gone and never relay it again; dedup by id also stops working once it is removed`,
+    fix: `use a stream with retention limits: on nats-server 2.10+ change interest → limits in place (nats stream edit ${link.to.stream} -i, or --retention limits with a recent nats CLI, in region ${link.to.region}); otherwise recreate it with --retention limits`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Duplicate window
+
+export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact): CheckResult {
+  const name = "duplicate window";
+  if (dest.kind !== "found") return skipped(name, "the destination stream was not read");
+  const horizon = replayHorizonMs(link);
+  const s = dest.stream;
+  const why = `replay horizon ${formatDuration(horizon)} = max(2 × ackWait ${formatDuration(link.ackWaitMs)}, maxReplayAge ${link.maxReplayAgeMs === undefined ? "-" : formatDuration(link.maxReplayAgeMs)}, 2m)`;
+  const guardNote = link.guard
+    ? `the link's ${link.guard.store.kind} guard covers redeliveries the broker does not, but the window is the second line of defence`
+    : "the link has no guard, so nothing else catches them";
+  const problems: string[] = [];
+  const fixes: string[] = [];
+  if (s.duplicateWindowMs <= 0) {
+    problems.push(
+      `duplicate window is not set: the broker does not deduplicate relayed messages; ${guardNote}`,
+    );
+    fixes.push(
+      `nats stream edit ${s.name} --dupe-window ${formatDuration(horizon)} (in region ${link.to.region})`,
+    );
+  } else if (s.duplicateWindowMs < horizon) {
+    problems.push(
+      `duplicate window ${formatDuration(s.duplicateWindowMs)} < ${why}: a redelivery or replay after the window is stored twice (broker dedup will not cover redeliveries); ${guardNote}`,
+    );
+    fixes.push(
+      `nats stream edit ${s.name} --dupe-window ${formatDuration(horizon)} (in region ${link.to.region}), or shorten links[${link.name}].ackWait / maxReplayAge`,
+    );
+  }
+  if (s.maxAgeMs > 0 && s.duplicateWindowMs > s.maxAgeMs) {
+    problems.push(
+      `duplicate window ${formatDuration(s.duplicateWindowMs)} > max age ${formatDuration(s.maxAgeMs)}: ids are only remembered while their message is kept`,
+    );
+    fixes.push(
+      `make the duplicate window <= max age (nats stream edit ${s.name} --dupe-window ${formatDuration(Math.min(horizon, s.maxAgeMs))}) or raise --max-age`,
+    );
+  }
+  if (problems.length > 0)
+    return { name, level: "warning", detail: problems.join("; "), fix: fixes.join("; ") };
+  const age = s.maxAgeMs > 0 ? `, <= max age ${formatDuration(s.maxAgeMs)}` : "";
+  return { name, level: "ok", detail: `${formatDuration(s.duplicateWindowMs)} >= ${why}${age}` };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Transformed subjects bound to the destination stream
+
+/** Other streams in the destination region that overlap a transformed subject (by that subject). */
+export type OtherStreams = ReadonlyMap<string, readonly string[]>;
+
+export function unboundSubjects(link: LinkConfig, source: StreamFact, dest: StreamFact): string[] {
+  const from = sourcePatterns(link, source);
+  if (!from || dest.kind !== "found") return [];
+  return destinationPatterns(link, from).filter(
+    (p) => patternProblem(p) === undefined && !isCoveredBy(p, dest.stream.subjects),
+  );
+}
+
+export function checkSubjectsBound(
+  link: LinkConfig,
+  source: StreamFact,
+  dest: StreamFact,
+  others: OtherStreams = new Map(),
+): CheckResult {
+  const name = "subjects bound";
+  const from = sourcePatterns(link, source);
+  if (!from) {
+    if (source.kind === "found") {
+      return {
+        name,
+        level: "warning",
+        detail: `${where(link.from.region, link.from.stream)} has no subjects of its own (a mirror or sourced stream), so what the link publishes cannot be worked out`,
+        fix: `set links[${link.name}].from.filter so the subjects can be checked`,
+      };
+    }
+    return skipped(name, "the source stream was not read and the link has no filter");
+  }
+  if (dest.kind !== "found") return skipped(name, "the destination stream was not read");
+  const d = dest.stream;
+  const transform = link.to.transform;
+  const mapping = from.map((s) => `${s} → ${transformPattern(s, transform).join(" | ")}`).join(", ");
+  const invalid = destinationPatterns(link, from).filter((p) => patternProblem(p) !== undefined);
+  if (invalid.length > 0) {
+    return {
+      name,
+      level: "error",
+      detail: `${mapping}: ${invalid.map((p) => `"${p}" ${patternProblem(p) ?? ""}`).join("; ")}: the transform produces subjects that cannot be published`,
+      fix: `fix links[${link.name}].to.subject (stripPrefix / addPrefix)`,
+    };
+  }
+  const unbound = unboundSubjects(link, source, dest);
+  if (unbound.length === 0) {
+    const identity = !transform.stripPrefix && !transform.addPrefix;
+    return {
+      name,
+      level: "ok",
+      detail: `${identity ? from.join(", ") : mapping}: covered by ${d.name} subjects ${list(d.subjects)}`,
+    };
+  }
+  const elsewhere = unbound
+    .map((p) => ({ p, streams: (others.get(p) ?? []).filter((n) => n !== d.name) }))
+    .filter((x) => x.streams.length > 0)
+    .map((x) => `${x.p} overlaps stream ${x.streams.join(", ")}, which would store those instead`);
+  const newSubjects = [
+    ...d.subjects,
+    ...unbound.filter((p) => !unbound.some((q) => q !== p && isSubsetOf(p, q))),
+  ];
+  return {
+    name,
+    level: "error",
+    detail: `${mapping}: ${unbound.join(", ")} not bound to ${where(link.to.region, d.name)} (subjects ${list(d.subjects)}): publishes would get no responders${elsewhere.length > 0 ? ` (${elsewhere.join("; ")})` : ""}`,
+    fix: `bind them: nats stream edit ${d.name} --subjects ${subjectsArg(newSubjects)} (in region ${link.to.region}), or change links[${link.name}].to.subject / from.filter`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. Overlapping links into one destination stream
+
+/**
+ * Two links into the same destination region+stream:
+ * - from the same source region+stream, with source subjects that intersect: error. Both read the
+ *   same messages and both publish them (with the same id), so everything is relayed twice and a
+ *   copy that arrives after the duplicate window is stored twice.
+ * - from the same source, disjoint source subjects, but transformed subjects that intersect:
+ *   warning. No message is relayed twice, but different source subjects are merged into the same
+ *   destination subjects.
+ * - from different sources (A→C and B→C, an active-active mesh): ok. Ids and Relay-Origin differ.
+ */
+export function checkOverlaps(
+  link: LinkConfig,
+  links: readonly LinkConfig[],
+  sourceOf: (l: LinkConfig) => StreamFact,
+): CheckResult {
+  const name = "overlapping links";
+  const into = where(link.to.region, link.to.stream);
+  const same = links.filter(
+    (l) => l !== link && l.to.region === link.to.region && l.to.stream === link.to.stream,
+  );
+  if (same.length === 0) return { name, level: "ok", detail: `no other link writes into ${into}` };
+  const mine = sourcePatterns(link, sourceOf(link)) ?? [">"];
+  const errors: string[] = [];
+  const warnings: string[] = [];
+  const fine: string[] = [];
+  for (const other of same) {
+    if (other.from.region !== link.from.region || other.from.stream !== link.from.stream) {
+      fine.push(other.name);
+      continue;
+    }
+    const theirs = sourcePatterns(other, sourceOf(other)) ?? [">"];
+    const both = firstIntersection(mine, theirs);
+    if (both) {
+      errors.push(
+        `${other.name} also reads ${where(link.from.region, link.from.stream)} (${both.a} and ${both.b} overlap) into ${into}: those messages would be relayed twice`,
+      );
+      continue;
+    }
+    const out = firstIntersection(destinationPatterns(link, mine), destinationPatterns(other, theirs));
+    if (out)
+      warnings.push(
+        `${other.name} reads other subjects of the same source but also writes ${out.b} (overlapping ${out.a}): distinct source subjects are merged in ${into}`,
+      );
+    else fine.push(other.name);
+  }
+  const mesh =
+    fine.length > 0
+      ? `; ${fine.join(", ")} also write into ${into} from other sources or subjects, which is fine (ids and Relay-Origin differ)`
+      : "";
+  if (errors.length > 0) {
+    return {
+      name,
+      level: "error",
+      detail: errors.join("; "),
+      fix: "give the links disjoint from.filter subjects, or remove one of them",
+    };
+  }
+  if (warnings.length > 0) {
+    return {
+      name,
+      level: "warning",
+      detail: `${warnings.join("; ")}${mesh}`,
+      fix: "give the links distinct to.subject prefixes if consumers must tell them apart",
+    };
+  }
+  return { name, level: "ok", detail: `no overlap${mesh}` };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Loops
+
+/** The shortest chain of links from `from` to `to` (region names), or undefined. */
+function regionPath(links: readonly LinkConfig[], from: string, to: string): string[] | undefined {
+  const prev = new Map<string, string>();
+  const queue = [from];
+  const seen = new Set([from]);
+  while (queue.length > 0) {
+    const r = queue.shift() as string;
+    if (r === to) {
+      const path = [r];
+      for (let p = prev.get(r); p !== undefined; p = prev.get(p)) path.unshift(p);
+      return path;
+    }
+    for (const l of links) {
+      if (l.from.region === r && !seen.has(l.to.region)) {
+        seen.add(l.to.region);
+        prev.set(l.to.region, r);
+        queue.push(l.to.region);
+      }
+    }
+  }
+  return undefined;
+}
+
+export function checkLoops(link: LinkConfig, links: readonly LinkConfig[]): CheckResult {
+  const name = "loops";
+  const back = regionPath(links, link.to.region, link.from.region);
+  if (!back) return { name, level: "ok", detail: "no cycle through this link" };
+  const cycle = [link.from.region, ...back].join(" → ");
+  return {
+    name,
+    level: "ok",
+    detail: `cycle ${cycle}: loop prevention stops messages returning to their origin (Relay-Origin / Relay-Path headers, maxHops ${link.maxHops})`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Guard
+
+export function checkGuard(link: LinkConfig, redis: RedisFact | undefined): CheckResult {
+  const name = "guard";
+  const guard = link.guard;
+  if (!guard)
+    return {
+      name,
+      level: "ok",
+      detail: "no guard: broker dedup only (Nats-Msg-Id within the destination's duplicate window)",
+    };
+  if (guard.store.kind === "memory") {
+    return {
+      name,
+      level: "warning",
+      detail: "memory guard: tests and demos only; it forgets every id and version when the relay restarts",
+      fix: `use guard.redis for links[${link.name}], or remove the guard`,
+    };
+  }
+  if (!redis) return skipped(name, "redis was not probed");
+  if (!redis.ok) {
+    return {
+      name,
+      level: "error",
+      detail: `${redis.target}: not reachable: ${redis.reason}; the link pauses while its guard is unavailable`,
+      fix: "check the guard's redis address, password, TLS and network path",
+    };
+  }
+  const fsync = redis.appendfsync ? ` (appendfsync ${redis.appendfsync})` : "";
+  switch (redis.persistence) {
+    case "aof":
+      if (redis.appendfsync === "no") {
+        return {
+          name,
+          level: "warning",
+          detail: `${redis.target}: AOF on but appendfsync no: a crash may lose recent commits`,
+          fix: "set appendfsync everysec (or always)",
+        };
+      }
+      return {
+        name,
+        level: "ok",
+        detail: `${redis.target}: AOF on${fsync}: versions survive a Redis restart`,
+      };
+    case "none":
+      return {
+        name,
+        level: guard.strict ? "error" : "warning",
+        detail: `${redis.target}: appendonly no: versions would not survive a Redis restart${guard.strict ? "; guard.strict is set, so the relay refuses to start this link (GUARD_NOT_DURABLE)" : ""}`,
+        fix: "enable appendonly: CONFIG SET appendonly yes, and appendonly yes in redis.conf",
+      };
+    case "unknown":
+      return {
+        name,
+        level: "warning",
+        detail: `${redis.target}: cannot tell whether Redis persists (${redis.reason ?? "no answer"}); managed Redis often blocks CONFIG`,
+        fix: "make sure the Redis service keeps an append-only file (AOF)",
+      };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Dead-letter subject
+
+export function checkDeadLetter(link: LinkConfig, fact: DeadLetterFact | undefined): CheckResult {
+  const name = "dead-letter subject";
+  const policy = link.badMessage;
+  if (policy.action === "halt")
+    return { name, level: "ok", detail: "onBadMessage: halt (the link stops at a bad message)" };
+  if (!fact || fact.kind === "unreachable") return skipped(name, `region ${link.to.region} is not reachable`);
+  if (fact.kind === "failed") {
+    return {
+      name,
+      level: "warning",
+      detail: `${policy.subject}: cannot list the streams of ${link.to.region}: ${fact.reason}`,
+      fix: "make sure the relay's user may use the JetStream API",
+    };
+  }
+  if (fact.streams.length === 0) {
+    return {
+      name,
+      level: "warning",
+      detail: `${policy.subject} is captured by no stream in ${link.to.region}: dead-lettered messages would fail to park and the link would retry`,
+      fix: `capture it: nats stream add RELAY_DLQ --subjects "${policy.subject}" --storage file --retention limits (in region ${link.to.region}), or set links[${link.name}].onBadMessage`,
+    };
+  }
+  const own = fact.streams.includes(link.to.stream)
+    ? ` (the link's own destination stream: dead letters mix with relayed data)`
+    : "";
+  return {
+    name,
+    level: "ok",
+    detail: `${policy.subject} is captured by ${fact.streams.join(", ")} in ${link.to.region}${own}`,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durable consumer
+
+export function checkConsumer(link: LinkConfig, fact: ConsumerFact): CheckResult {
+  const name = "durable consumer";
+  const at = `${link.durableName} on ${where(link.from.region, link.from.stream)}`;
+  switch (fact.kind) {
+    case "unreachable":
+      return skipped(name, "the source stream was not read");
+    case "failed":
+      return {
+        name,
+        level: "warning",
+        detail: `${at}: cannot read it: ${fact.reason}`,
+        fix: "make sure the relay's user may read consumer info",
+      };
+    case "missing":
+      return {
+        name,
+        level: "ok",
+        detail: `${at} does not exist yet: the relay creates it and starts from the first message in the stream`,
+      };
+    case "found": {
+      const c = fact.consumer;
+      const have = [...c.filterSubjects].sort().join(",");
+      const want = link.from.filterSubject ?? "";
+      if (have !== want) {
+        return {
+          name,
+          level: "error",
+          detail: `${at} exists with filter "${have}" but the link says "${want}": the relay refuses to start this link`,
+          fix: `delete it (nats consumer rm ${link.from.stream} ${link.durableName}, in region ${link.from.region}; it then starts over) or set links[${link.name}].durable to another name`,
+        };
+      }
+      return {
+        name,
+        level: "ok",
+        detail: `${at} exists: ${c.numPending} pending, ${c.numAckPending} awaiting ack, ack floor stream seq ${c.ackFloorStreamSeq} (consumer seq ${c.ackFloorConsumerSeq})`,
+      };
+    }
+  }
+}

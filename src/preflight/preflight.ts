@@ -1,0 +1,336 @@
+/**
+ * `check --live`: connects to every region the selected links touch, gathers the facts each check
+ * needs (stream and consumer info, the streams that capture a subject, Redis persistence), runs
+ * the checks of checks.ts per link, and closes every connection it opened.
+ *
+ * Nothing fails as a whole because one thing is unreachable: an unreachable region or Redis is an
+ * error row for the links that need it, and the checks that depend on it are skipped.
+ */
+import { jetstreamManager, JetStreamApiCodes } from "@nats-io/jetstream";
+import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
+import { millis } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { pino } from "pino";
+import type { Logger } from "pino";
+import type { LinkConfig, RedisGuardConnection, RegionConfig, RelayConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+import {
+  checkPersistence,
+  connectClient,
+  createRedisClient,
+  describeRedis,
+  sanitizeError,
+  secretsOf as redisSecretsOf,
+} from "../guard/redis-connection.js";
+import type { GuardRedisClient } from "../guard/redis-connection.js";
+import { isApiCode } from "../nats/durable-consumer.js";
+import { connectRegion, stripCredentials } from "../nats/connect.js";
+import {
+  checkConsumer,
+  checkDeadLetter,
+  checkDestinationStream,
+  checkDuplicateWindow,
+  checkGuard,
+  checkLoops,
+  checkOverlaps,
+  checkRegion,
+  checkRetention,
+  checkSourceStream,
+  checkSubjectsBound,
+  destinationPatterns,
+  sourcePatterns,
+  unboundSubjects,
+} from "./checks.js";
+import type {
+  CheckResult,
+  ConsumerFact,
+  DeadLetterFact,
+  RedisFact,
+  RegionFact,
+  StreamFact,
+} from "./checks.js";
+
+export interface PreflightOptions {
+  /** Only the links whose destination is this region. */
+  readonly region?: string;
+  /** Give up on a region's first connect after this long (ms). Default 5 s. */
+  readonly connectTimeoutMs?: number;
+  /** Give up on Redis after this long (ms). Default 5 s. */
+  readonly redisTimeoutMs?: number;
+  readonly logger?: Logger;
+}
+
+export interface LinkReport {
+  readonly link: LinkConfig;
+  readonly rows: readonly CheckResult[];
+}
+
+export interface PreflightReport {
+  readonly links: readonly LinkReport[];
+}
+
+/** 2 when any row is an error, 1 when any is a warning and `strict`, else 0. */
+export function exitCodeFor(report: PreflightReport, strict: boolean): number {
+  const rows = report.links.flatMap((l) => l.rows);
+  if (rows.some((r) => r.level === "error")) return 2;
+  if (strict && rows.some((r) => r.level === "warning")) return 1;
+  return 0;
+}
+
+/** The links `check --region NAME` looks at; a USAGE error for a region the config does not have. */
+export function selectLinks(config: RelayConfig, region: string | undefined): readonly LinkConfig[] {
+  if (region === undefined) return config.links;
+  if (!config.regions.has(region)) {
+    throw new RelayError(
+      ErrorCodes.USAGE,
+      `check: --region ${region} is not a region of the config (known: ${[...config.regions.keys()].join(", ")})`,
+    );
+  }
+  return config.links.filter((l) => l.to.region === region);
+}
+
+interface RegionSession {
+  readonly fact: RegionFact;
+  readonly nc?: NatsConnection;
+  readonly jsm?: JetStreamManager;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+async function openRegion(region: RegionConfig, logger: Logger, timeoutMs: number): Promise<RegionSession> {
+  let nc: NatsConnection;
+  try {
+    nc = await connectRegion(region, {
+      name: "jetstream-relay/check",
+      logger,
+      firstConnectTimeoutMs: timeoutMs,
+    });
+  } catch (err) {
+    // connectRegion's errors name the region and its servers without credentials.
+    return { fact: { ok: false, reason: message(err) } };
+  }
+  const server = stripCredentials(nc.getServer());
+  const opts = { checkAPI: false, timeout: timeoutMs, ...(region.domain ? { domain: region.domain } : {}) };
+  try {
+    return { fact: { ok: true, server }, nc, jsm: await jetstreamManager(nc, opts) };
+  } catch (err) {
+    return { fact: { ok: false, reason: `region ${region.name}: JetStream API: ${message(err)}` }, nc };
+  }
+}
+
+function streamFacts(info: StreamInfo): StreamFact {
+  const c = info.config;
+  return {
+    kind: "found",
+    stream: {
+      name: c.name,
+      subjects: c.subjects ?? [],
+      retention: c.retention,
+      duplicateWindowMs: c.duplicate_window ? millis(c.duplicate_window) : 0,
+      maxAgeMs: c.max_age ? millis(c.max_age) : 0,
+      messages: info.state.messages,
+      sourced:
+        info.mirror !== undefined ||
+        (info.sources?.length ?? 0) > 0 ||
+        c.mirror !== undefined ||
+        (c.sources?.length ?? 0) > 0,
+    },
+  };
+}
+
+async function readStream(session: RegionSession | undefined, stream: string): Promise<StreamFact> {
+  if (!session?.jsm) return { kind: "unreachable" };
+  try {
+    return streamFacts(await session.jsm.streams.info(stream));
+  } catch (err) {
+    if (isApiCode(err, JetStreamApiCodes.StreamNotFound)) return { kind: "missing" };
+    return { kind: "failed", reason: message(err) };
+  }
+}
+
+async function readConsumer(
+  session: RegionSession | undefined,
+  link: LinkConfig,
+  source: StreamFact,
+): Promise<ConsumerFact> {
+  if (!session?.jsm || source.kind !== "found") return { kind: "unreachable" };
+  try {
+    const info = await session.jsm.consumers.info(link.from.stream, link.durableName);
+    const cfg = info.config;
+    return {
+      kind: "found",
+      consumer: {
+        filterSubjects: cfg.filter_subjects?.length
+          ? cfg.filter_subjects
+          : cfg.filter_subject
+            ? [cfg.filter_subject]
+            : [],
+        numPending: info.num_pending,
+        numAckPending: info.num_ack_pending,
+        ackFloorStreamSeq: info.ack_floor.stream_seq,
+        ackFloorConsumerSeq: info.ack_floor.consumer_seq,
+      },
+    };
+  } catch (err) {
+    if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound)) return { kind: "missing" };
+    return { kind: "failed", reason: message(err) };
+  }
+}
+
+/** Names of the streams in the region whose subjects overlap `subject`. */
+async function streamsFor(session: RegionSession | undefined, subject: string): Promise<DeadLetterFact> {
+  if (!session?.jsm) return { kind: "unreachable" };
+  try {
+    const names: string[] = [];
+    for await (const n of session.jsm.streams.names(subject)) names.push(n);
+    return { kind: "found", streams: names };
+  } catch (err) {
+    return { kind: "failed", reason: message(err) };
+  }
+}
+
+async function probeRedis(conn: RedisGuardConnection, timeoutMs: number): Promise<RedisFact> {
+  const target = describeRedis(conn);
+  const secrets = redisSecretsOf(conn);
+  let client: GuardRedisClient;
+  try {
+    client = createRedisClient(
+      conn,
+      {
+        commandTimeoutMs: timeoutMs,
+        connectTimeoutMs: timeoutMs,
+        startTimeoutMs: timeoutMs,
+        maxBackoffMs: 1_000,
+      },
+      "jetstream-relay/check",
+    );
+  } catch (err) {
+    return { ok: false, target, reason: sanitizeError(err, secrets).message };
+  }
+  // After connectClient stops listening, a late reconnect error must not reach ioredis's
+  // "unhandled error event" printer (its text is not scrubbed).
+  client.on("error", () => undefined);
+  try {
+    await connectClient(client, timeoutMs);
+    const report = await checkPersistence(client);
+    return {
+      ok: true,
+      target,
+      persistence: report.persistence,
+      ...(report.appendfsync !== undefined ? { appendfsync: report.appendfsync } : {}),
+      ...(report.reason !== undefined ? { reason: sanitizeError(report.reason, secrets).message } : {}),
+    };
+  } catch (err) {
+    return { ok: false, target, reason: sanitizeError(err, secrets).message };
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** Memoises an async lookup by key, so links sharing a stream or a Redis ask once. */
+function memo<T>(): (key: string, fn: () => Promise<T>) => Promise<T> {
+  const cache = new Map<string, Promise<T>>();
+  return (key, fn) => {
+    let p = cache.get(key);
+    if (!p) {
+      p = fn();
+      cache.set(key, p);
+    }
+    return p;
+  };
+}
+
+export async function runPreflight(
+  config: RelayConfig,
+  opts: PreflightOptions = {},
+): Promise<PreflightReport> {
+  const links = selectLinks(config, opts.region);
+  const logger = opts.logger ?? pino({ level: "silent" });
+  const connectTimeoutMs = opts.connectTimeoutMs ?? 5_000;
+  const redisTimeoutMs = opts.redisTimeoutMs ?? 5_000;
+
+  const regionNames = [...new Set(links.flatMap((l) => [l.from.region, l.to.region]))];
+  const sessions = new Map<string, RegionSession>();
+  await Promise.all(
+    regionNames.map(async (name) => {
+      const region = config.regions.get(name);
+      if (region) sessions.set(name, await openRegion(region, logger, connectTimeoutMs));
+    }),
+  );
+
+  try {
+    const streams = memo<StreamFact>();
+    const stream = (region: string, name: string): Promise<StreamFact> =>
+      streams(`${region}/${name}`, () => readStream(sessions.get(region), name));
+    const subjectStreams = memo<DeadLetterFact>();
+    const streamsOf = (region: string, subject: string): Promise<DeadLetterFact> =>
+      subjectStreams(`${region} ${subject}`, () => streamsFor(sessions.get(region), subject));
+    const redis = memo<RedisFact>();
+
+    // Every stream any selected link touches, first: the overlap check compares links.
+    const sourceFacts = new Map<LinkConfig, StreamFact>();
+    const destFacts = new Map<LinkConfig, StreamFact>();
+    await Promise.all(
+      links.map(async (l) => {
+        sourceFacts.set(l, await stream(l.from.region, l.from.stream));
+        destFacts.set(l, await stream(l.to.region, l.to.stream));
+      }),
+    );
+    const sourceOf = (l: LinkConfig): StreamFact => sourceFacts.get(l) ?? { kind: "unreachable" };
+
+    const reports = await Promise.all(
+      links.map(async (link): Promise<LinkReport> => {
+        const source = sourceOf(link);
+        const dest = destFacts.get(link) ?? { kind: "unreachable" };
+        const fromSession = sessions.get(link.from.region);
+        const toSession = sessions.get(link.to.region);
+
+        const others = new Map<string, readonly string[]>();
+        for (const subject of unboundSubjects(link, source, dest)) {
+          const found = await streamsOf(link.to.region, subject);
+          if (found.kind === "found") others.set(subject, found.streams);
+        }
+        const guard = link.guard?.store;
+        const redisFact =
+          guard?.kind === "redis"
+            ? await redis(JSON.stringify(guard), () => probeRedis(guard, redisTimeoutMs))
+            : undefined;
+        const deadLetter =
+          link.badMessage.action === "dead-letter"
+            ? await streamsOf(link.to.region, link.badMessage.subject)
+            : undefined;
+        const consumer = await readConsumer(fromSession, link, source);
+        const from = sourcePatterns(link, source);
+
+        const rows: CheckResult[] = [
+          checkRegion(
+            "source",
+            link.from.region,
+            fromSession?.fact ?? { ok: false, reason: "not connected" },
+          ),
+          checkSourceStream(link, source),
+          checkRegion(
+            "destination",
+            link.to.region,
+            toSession?.fact ?? { ok: false, reason: "not connected" },
+          ),
+          checkDestinationStream(link, dest, from ? destinationPatterns(link, from) : undefined),
+          checkRetention(link, dest),
+          checkDuplicateWindow(link, dest),
+          checkSubjectsBound(link, source, dest, others),
+          checkOverlaps(link, links, sourceOf),
+          checkLoops(link, config.links),
+          checkGuard(link, redisFact),
+          checkDeadLetter(link, deadLetter),
+          checkConsumer(link, consumer),
+        ];
+        return { link, rows };
+      }),
+    );
+    return { links: reports };
+  } finally {
+    await Promise.all([...sessions.values()].map((s) => s.nc?.close().catch(() => undefined)));
+  }
+}

@@ -1,0 +1,147 @@
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamManager, JsMsg, StreamState } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { nanos } from "@nats-io/nats-core";
+import { ErrorCodes, RelayError } from "../errors.js";
+import { classifyJsError } from "../nats/durable-consumer.js";
+
+export interface StreamSide {
+  readonly nc: NatsConnection;
+  /** JetStream domain of the region, if any. */
+  readonly domain?: string;
+  readonly region: string;
+  readonly stream: string;
+}
+
+export interface ReadOptions {
+  readonly filterSubject?: string;
+  /** Start at the first message stored at or after this time (ms since the epoch). */
+  readonly startMs?: number;
+  /** Messages per pull (default 4096: headers only, so a batch is small). */
+  readonly batch?: number;
+  /** Fail when no message arrives for this long while some are still pending (default 30 s). */
+  readonly idleTimeoutMs?: number;
+}
+
+export interface ReadResult {
+  /** The stream's state when the read started: the read stops at `last_seq` of this snapshot. */
+  readonly state: StreamState;
+  /** The first sequence the read started from (after `startMs`). */
+  readonly startSeq: number;
+  readonly delivered: number;
+}
+
+/**
+ * Reads a stream once, in stream order, through an ordered consumer with `headers_only`: the server
+ * never sends payloads, and `onMessage` runs synchronously for each message, so nothing piles up here
+ * beyond one pull batch. Ends at the stream's last sequence as of the start (later messages are not
+ * waited for) or when nothing matching the filter is pending. The ordered consumer survives
+ * reconnects and leader changes by re-creating itself at the next sequence.
+ */
+export async function readStream(side: StreamSide, opts: ReadOptions, onMessage: (m: JsMsg) => void): Promise<ReadResult> {
+  const where = `${side.region}/${side.stream}`;
+  const jsm = await jetstreamManager(side.nc, side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false });
+  let state: StreamState;
+  try {
+    state = (await jsm.streams.info(side.stream)).state;
+  } catch (err) {
+    throw classifyJsError(err, `stream ${where}`);
+  }
+  const startSeq = Math.max(state.first_seq, opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs));
+  if (state.messages === 0 || startSeq > state.last_seq) return { state, startSeq, delivered: 0 };
+
+  const js = jetstream(side.nc, side.domain ? { domain: side.domain } : {});
+  let consumer;
+  try {
+    // opt_start_seq rather than opt_start_time: the ordered consumer re-creates itself from a sequence
+    // after a reset, and the server refuses a start time next to a start sequence.
+    consumer = await js.consumers.get(side.stream, {
+      headers_only: true,
+      opt_start_seq: startSeq,
+      ...(opts.filterSubject ? { filter_subjects: opts.filterSubject } : {}),
+    });
+  } catch (err) {
+    throw classifyJsError(err, `stream ${where}`);
+  }
+  if ((await consumer.info(true)).num_pending === 0) {
+    await consumer.delete().catch(() => undefined);
+    return { state, startSeq, delivered: 0 };
+  }
+
+  let delivered = 0;
+  let lastProgress = Date.now();
+  let messages: ConsumerMessages | undefined;
+  let settle!: (err?: unknown) => void;
+  let done = false;
+  const finished = new Promise<void>((resolve, reject) => {
+    settle = (err?: unknown) => {
+      if (done) return;
+      done = true;
+      messages?.stop();
+      if (err === undefined) resolve();
+      else reject(err instanceof Error ? err : new Error(String(err)));
+    };
+  });
+  const idleMs = opts.idleTimeoutMs ?? 30_000;
+  const idle = setInterval(() => {
+    if (Date.now() - lastProgress > idleMs) {
+      settle(new RelayError(ErrorCodes.JETSTREAM_API, `stream ${where}: no message for ${idleMs} ms after ${delivered} read`));
+    }
+  }, Math.min(1_000, idleMs));
+  try {
+    messages = await consumer.consume({
+      max_messages: opts.batch ?? 4_096,
+      callback: (m: JsMsg) => {
+        if (done) return;
+        lastProgress = Date.now();
+        delivered++;
+        try {
+          onMessage(m);
+        } catch (err) {
+          settle(err);
+          return;
+        }
+        if (m.info.pending === 0 || m.seq >= state.last_seq) settle();
+      },
+    });
+    if (done) messages.stop();
+    void watch(messages, where, settle);
+    await finished;
+  } finally {
+    clearInterval(idle);
+    settle();
+    await consumer.delete().catch(() => undefined);
+  }
+  return { state, startSeq, delivered };
+}
+
+async function watch(messages: ConsumerMessages, where: string, settle: (err?: unknown) => void): Promise<void> {
+  try {
+    for await (const s of messages.status()) {
+      if (s.type === "stream_not_found") settle(new RelayError(ErrorCodes.STREAM_NOT_FOUND, `stream ${where}: deleted while being read`));
+    }
+  } catch (err) {
+    settle(err);
+  }
+}
+
+/**
+ * The first sequence stored at or after `ms`: a throwaway consumer with a start time reports it (its
+ * `delivered.stream_seq` is the sequence before its start). last_seq + 1 when nothing is that new.
+ */
+async function seqAtTime(jsm: JetStreamManager, stream: string, ms: number): Promise<number> {
+  try {
+    const ci = await jsm.consumers.add(stream, {
+      ack_policy: AckPolicy.None,
+      deliver_policy: DeliverPolicy.StartTime,
+      opt_start_time: new Date(ms).toISOString(),
+      inactive_threshold: nanos(60_000),
+      mem_storage: true,
+      num_replicas: 1,
+    });
+    await jsm.consumers.delete(stream, ci.name).catch(() => undefined);
+    return ci.delivered.stream_seq + 1;
+  } catch (err) {
+    throw classifyJsError(err, `stream ${stream}: start sequence at ${new Date(ms).toISOString()}`);
+  }
+}

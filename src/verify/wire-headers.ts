@@ -1,0 +1,59 @@
+import type { JsMsg } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/nats-core";
+
+const decoder = new TextDecoder();
+/** `\r\n<key>:` per key asked for: a handful of constant keys, built once. */
+const needles = new Map<string, string>();
+
+/** The parts of the client's message object that hold the raw header block (nats-core 3.x internals). */
+interface RawMsg {
+  readonly _rdata?: unknown;
+  readonly _msg?: { readonly hdr?: unknown };
+}
+
+/**
+ * Read-only headers over the wire text of a header block, `NATS/1.0\r\nKey: value\r\n...\r\n\r\n`.
+ * `get` has the client's default semantics (`MsgHdrs.get(key)`, exact key match): the first value of
+ * the key, trimmed, or "" when absent. The client's own decoding validates, canonicalises and copies
+ * every header into arrays in a Map, which is most of the verifier's CPU time (about 10 µs a message);
+ * this is one string decode and an `indexOf` per header read.
+ */
+export class WireHeaders {
+  constructor(private readonly text: string) {}
+
+  get(key: string): string {
+    let needle = needles.get(key);
+    if (needle === undefined) needles.set(key, (needle = `\r\n${key}:`));
+    const at = this.text.indexOf(needle);
+    if (at < 0) return "";
+    const start = at + key.length + 3;
+    const end = this.text.indexOf("\r\n", start);
+    return this.text.slice(start, end < 0 ? undefined : end).trim();
+  }
+
+  /** identify() and the verifier only ever call `get`. */
+  asMsgHdrs(): MsgHdrs {
+    return this as unknown as MsgHdrs;
+  }
+}
+
+/** The raw header block of `m` when this client version exposes it where 3.x keeps it. */
+function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
+  const raw = (m as unknown as { msg?: RawMsg }).msg;
+  const hdr = raw?._msg?.hdr;
+  const data = raw?._rdata;
+  if (typeof hdr !== "number" || !(data instanceof Uint8Array)) return undefined;
+  return hdr > 0 ? data.subarray(0, hdr) : null;
+}
+
+/** True when `headersOf` takes the fast path for `m` (a test asserts it, so a client upgrade that moves the internals is noticed). */
+export function fastHeadersAvailable(m: JsMsg): boolean {
+  return rawHeaderBlock(m) !== undefined;
+}
+
+/** The headers of `m` for reading: WireHeaders when the raw block is reachable, else the client's MsgHdrs. */
+export function headersOf(m: JsMsg): MsgHdrs | undefined {
+  const block = rawHeaderBlock(m);
+  if (block === undefined) return m.headers;
+  return block === null ? undefined : new WireHeaders(decoder.decode(block)).asMsgHdrs();
+}
