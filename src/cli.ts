@@ -4,11 +4,13 @@ import { checkCommand } from "./cli/check-command.js";
 import { demoCommand } from "./cli/demo-command.js";
 import { runCommand } from "./cli/run-command.js";
 import { statusCommand } from "./cli/status-command.js";
+import { verifyCommand } from "./cli/verify-command.js";
 
 const COMMANDS: Record<string, { summary: string; run: (argv: readonly string[]) => Promise<number> }> = {
   run: { summary: "run the links whose destination is --region", run: runCommand },
   check: { summary: "validate a config file and show what each region's relay runs", run: checkCommand },
   status: { summary: "print a running relay's link status as a table", run: statusCommand },
+  verify: { summary: "compare both sides of a link by id: missing, duplicated, versions gone backwards", run: verifyCommand },
   demo: { summary: "two local regions, traffic, an injected failure, and the numbers", run: demoCommand },
 };
 

@@ -29,6 +29,8 @@ export const ErrorCodes = {
   GUARD_NOT_DURABLE: "GUARD_NOT_DURABLE",
   /** A message lacks, or carries a malformed, entity/version the link requires. */
   BAD_MESSAGE: "BAD_MESSAGE",
+  /** Source retention deleted messages the link had not relayed, and the link's policy is `halt`. */
+  SOURCE_GAP: "SOURCE_GAP",
   /** Shutdown did not finish within the grace period. */
   SHUTDOWN_TIMEOUT: "SHUTDOWN_TIMEOUT",
   /** Anything else: a bug. */

@@ -90,10 +90,10 @@ export class MemoryGuard implements Guard {
     );
   }
 
-  async claim(items: readonly GuardItem[]): Promise<ClaimResult[]> {
+  async claim(items: readonly GuardItem[], retryToken?: string): Promise<ClaimResult[]> {
     checkIds(items);
     this.store.sweep(this.config.claimTtlMs);
-    const token = this.nextToken();
+    const token = retryToken ?? this.nextToken();
     const mine = claimValue(token);
     // Per entity: the highest of the stored version and of earlier items in this batch.
     const best = new Map<string, { version: number } | null>();

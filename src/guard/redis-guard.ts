@@ -106,10 +106,10 @@ export class RedisGuard implements Guard {
     }
   }
 
-  async claim(items: readonly GuardItem[]): Promise<ClaimResult[]> {
+  async claim(items: readonly GuardItem[], retryToken?: string): Promise<ClaimResult[]> {
     if (items.length === 0) return [];
     checkIds(items);
-    const token = this.nextToken();
+    const token = retryToken ?? this.nextToken();
     const { keys, versions } = this.encode(items);
     const argv = [claimValue(token), String(this.config.claimTtlMs), String(items.length)];
     argv.push(...versions.flat());

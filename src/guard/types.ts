@@ -39,8 +39,11 @@ export interface Guard {
    * One round trip for the whole batch. Results are in input order. Rejects with GUARD_UNAVAILABLE
    * when the store cannot be reached; then nothing was claimed that the caller must release
    * (a claim that did land expires with the claim TTL, and is recognised as ours by its token).
+   * `token`: the caller's token for this call (else the guard mints one). A caller retrying a call
+   * that failed passes the same token again, so claims that landed although their reply was lost
+   * are recognised as its own.
    */
-  claim(items: readonly GuardItem[]): Promise<ClaimResult[]>;
+  claim(items: readonly GuardItem[], token?: string): Promise<ClaimResult[]>;
   /** Marks ids done (long TTL) and advances versions by compare-and-set. One round trip. */
   commit(items: readonly ClaimedItem[]): Promise<void>;
   /** Deletes claims still holding our token. One round trip. Never throws for a claim that expired. */

@@ -12,8 +12,9 @@ export interface BacklogReading {
   readonly ageSeconds: number;
   /** The consumer's ack floor: every source sequence at or below it is in the destination. */
   readonly ackFloor: number;
-  /** The source stream's first and last sequence. */
+  /** The source stream's first and last sequence, and how many messages it holds. */
   readonly streamFirstSeq: number;
+  readonly streamMessages: number;
   readonly streamLastSeq: number;
   readonly at: string;
 }
@@ -58,6 +59,7 @@ export class BacklogProbe {
       ageSeconds,
       ackFloor: info.ack_floor.stream_seq,
       streamFirstSeq: streamInfo.state.first_seq,
+      streamMessages: streamInfo.state.messages,
       streamLastSeq: streamInfo.state.last_seq,
       at: new Date().toISOString(),
     };

@@ -15,12 +15,14 @@ export class LinkStateMachine {
   private since = Date.now();
   private troubleSince: number | undefined;
   private lastReason: string | undefined;
+  private readonly transitions: { state: LinkState; at: string; reason?: string }[] = [];
 
   constructor(
     private readonly link: string,
     private readonly metrics: RelayMetrics,
     private readonly logger: Logger,
   ) {
+    this.transitions.push({ state: "starting", at: new Date(this.since).toISOString() });
     this.export();
   }
 
@@ -36,6 +38,11 @@ export class LinkStateMachine {
     return this.lastReason;
   }
 
+  /** The last 20 states entered, oldest first (what an operator reads after an incident). */
+  get history(): readonly { state: LinkState; at: string; reason?: string }[] {
+    return this.transitions;
+  }
+
   /** Changes state; a no-op when unchanged. `stopped` and `failed` are final until `reset()`. */
   set(next: LinkState, reason?: string): void {
     if (next === this.current) return;
@@ -44,6 +51,8 @@ export class LinkStateMachine {
     this.current = next;
     this.since = Date.now();
     this.lastReason = reason;
+    this.transitions.push({ state: next, at: new Date(this.since).toISOString(), ...(reason ? { reason } : {}) });
+    if (this.transitions.length > 20) this.transitions.shift();
     const level = next === "failed" ? "error" : TROUBLE_STATES.has(next) ? "warn" : "info";
     this.logger[level]({ from: prev, to: next, reason }, `link ${next}`);
     if (TROUBLE_STATES.has(next) && this.troubleSince === undefined) this.troubleSince = Date.now();

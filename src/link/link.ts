@@ -11,7 +11,11 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import type { BacklogReading } from "./backlog.js";
+import { GapDetector } from "./gap.js";
+import type { Gap } from "./gap.js";
 import { LinkStateMachine } from "./link-state.js";
+import { runResync } from "./resync.js";
+import type { ResyncReason, ResyncResult } from "./resync.js";
 import { Pipeline } from "./pipeline.js";
 
 export interface LinkDeps {
@@ -39,6 +43,10 @@ export interface LinkStatus {
   readonly inFlight: number;
   readonly backlog?: BacklogReading;
   readonly lastError?: { readonly code: string; readonly message: string; readonly at: string };
+  readonly stateHistory: readonly { readonly state: LinkState; readonly at: string; readonly reason?: string }[];
+  /** Lost source ranges reported so far (the last 10). */
+  readonly gaps: readonly Gap[];
+  readonly lastResync?: ResyncResult & { readonly reason: ResyncReason; readonly at: string };
 }
 
 type Trouble = "source" | "dest" | "guard";
@@ -59,6 +67,12 @@ export class Link {
   private readonly logger: Logger;
   private readonly probe: BacklogProbe;
   private jsm: JetStreamManager | undefined;
+  private readonly gapDetector: GapDetector;
+  private readonly gaps: Gap[] = [];
+  private highestSeen = 0;
+  private pendingResync: ResyncReason | undefined;
+  private resyncing = false;
+  private lastResync: LinkStatus["lastResync"];
   private messages: ConsumerMessages | undefined;
   private lastError: LinkStatus["lastError"];
   private backlog: BacklogReading | undefined;
@@ -89,6 +103,7 @@ export class Link {
         halt: (err) => this.fail(err),
       },
     });
+    this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
   }
 
@@ -140,6 +155,9 @@ export class Link {
       inFlight: this.pipeline.size,
       ...(this.backlog ? { backlog: this.backlog } : {}),
       ...(this.lastError ? { lastError: this.lastError } : {}),
+      stateHistory: [...this.state.history],
+      gaps: [...this.gaps],
+      ...(this.lastResync ? { lastResync: this.lastResync } : {}),
     };
   }
 
@@ -195,7 +213,11 @@ export class Link {
     while (!this.abort.signal.aborted && this.state.state !== "failed") {
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
-        await ensureDurable(this.jsm, config);
+        const { created } = await ensureDurable(this.jsm, config);
+        // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
+        if (!created) this.inspect(await this.probe.read());
+        if (this.pendingResync) await this.resync(this.pendingResync);
+        if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (this.abort.signal.aborted) return;
         const messages = await consumer.consume({
@@ -219,6 +241,7 @@ export class Link {
 
   private onMessage(m: JsMsg): void {
     if (this.troubles.has("source")) this.clear("source");
+    if (m.info.streamSequence > this.highestSeen) this.highestSeen = m.info.streamSequence;
     try {
       this.pipeline.push(m);
     } catch (err) {
@@ -243,7 +266,9 @@ export class Link {
       for await (const s of nc.status()) {
         if (this.abort.signal.aborted) return;
         if (s.type === "disconnect") this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
-        if (s.type === "reconnect" && side === "dest") this.clear("dest");
+        // With messages waiting, the first PubAck (pipeline.healthy) says the destination is back;
+        // a reconnect alone does not (its stream may still be electing a leader).
+        if (s.type === "reconnect" && side === "dest" && this.pipeline.size === 0) this.clear("dest");
       }
     })().catch((err: unknown) => this.logger.warn({ err: toRelayError(err).message }, "status watcher ended"));
   }
@@ -259,6 +284,7 @@ export class Link {
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
           this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
           if (this.troubles.has("source")) this.clear("source");
+          if (!this.resyncing) this.inspect(reading);
           this.refreshState();
         })
         .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed"))
@@ -285,10 +311,76 @@ export class Link {
   private refreshState(): void {
     if (this.abort.signal.aborted) return;
     const reason = this.lastError?.message;
+    if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
     if (this.troubles.has("guard")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
     if (!this.backlog) return;
     this.state.set(this.backlog.pending > this.deps.config.inFlight ? "catching-up" : "live");
+  }
+
+  /**
+   * Reads the cursor against the source: reports a retention gap (never in silence) and applies the
+   * link's `onGap` policy; a backlog older than `maxReplayAge` takes the resync path too.
+   */
+  private inspect(reading: BacklogReading): void {
+    const { config } = this.deps;
+    const gap = this.gapDetector.check({ ...reading, highestSeen: this.highestSeen });
+    if (gap) {
+      this.gaps.push(gap);
+      if (this.gaps.length > 10) this.gaps.shift();
+      this.deps.metrics.gapMessages.inc({ link: this.name }, gap.count);
+      this.logger.warn(
+        { fromSeq: gap.fromSeq, toSeq: gap.toSeq, count: gap.count, exact: gap.exact, policy: config.onGap },
+        `source retention deleted ${gap.exact ? "" : "up to "}${gap.count} messages the link had not relayed (source seq ${gap.fromSeq}-${gap.toSeq})`,
+      );
+      if (config.onGap === "halt") {
+        return this.fail(new RelayError(ErrorCodes.SOURCE_GAP, `source seq ${gap.fromSeq}-${gap.toSeq} (${gap.count} messages) deleted by retention before they were relayed; onGap is halt`));
+      }
+      if (config.onGap === "resync") return this.requestResync("gap");
+    }
+    const maxAge = config.maxReplayAgeMs;
+    if (maxAge !== undefined && reading.ageSeconds * 1000 > maxAge && reading.pending > 0) {
+      this.logger.warn({ backlogAgeSeconds: reading.ageSeconds, maxReplayAgeMs: maxAge }, "backlog older than maxReplayAge: resyncing instead of replaying");
+      this.requestResync("max_replay_age");
+    }
+  }
+
+  private requestResync(reason: ResyncReason): void {
+    if (this.pendingResync || this.resyncing) return;
+    this.pendingResync = reason;
+    this.messages?.stop(); // the consume loop runs the resync before it consumes again
+  }
+
+  private async resync(reason: ResyncReason): Promise<void> {
+    const jsm = this.jsm;
+    if (!jsm) return;
+    this.resyncing = true;
+    this.refreshState();
+    this.deps.metrics.resyncs.inc({ link: this.name, reason });
+    try {
+      await this.pipeline.drained(this.abort.signal);
+      const domain = this.deps.sourceRegion.domain;
+      const result = await runResync(
+        {
+          link: this.deps.config,
+          source: this.deps.source,
+          jsm,
+          ...(domain ? { domain } : {}),
+          push: (m, id) => this.pipeline.push(m, id),
+          drained: () => this.pipeline.drained(this.abort.signal),
+          signal: this.abort.signal,
+        },
+        reason,
+      );
+      this.gapDetector.skipTo(result.snapshotSeq);
+      this.highestSeen = Math.max(this.highestSeen, result.snapshotSeq);
+      this.lastResync = { ...result, reason, at: new Date().toISOString() };
+      this.logger.info({ resyncId: result.id, messages: result.messages, snapshotSeq: result.snapshotSeq, reason }, "resync done: continuing live");
+    } finally {
+      this.pendingResync = undefined;
+      this.resyncing = false;
+      this.refreshState();
+    }
   }
 
   private fail(err: RelayError): void {

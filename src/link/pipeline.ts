@@ -2,13 +2,14 @@ import type { JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import { tokenSource } from "../guard/items.js";
 import type { ClaimResult, Guard } from "../guard/types.js";
 import { Backoff } from "../lifecycle/backoff.js";
 import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
 import type { MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
 import { newEntry, stripSet, toDeadLetter } from "./entry.js";
-import { NanosFormatter } from "./headers.js";
+import { NanosFormatter, RelayHeaders } from "./headers.js";
 import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
@@ -64,6 +65,8 @@ export class Pipeline {
   private publishPos = 0; // index into entries of the next entry that may need publishing (>= head)
   private publishBlockedUntil = 0;
   private claimInFlight = false;
+  private claimRetryToken: string | undefined;
+  private readonly nextToken = tokenSource();
   private commitInFlight = false;
   private guardBlockedUntil = 0;
   private pumpScheduled = false;
@@ -100,7 +103,8 @@ export class Pipeline {
     this.schedule();
   }
 
-  push(msg: JsMsg): void {
+  /** Takes one source delivery. `snapshot`: the resync id, when it comes from a resync pass. */
+  push(msg: JsMsg, snapshot?: string): void {
     if (this.halted) return; // left unacked: redelivered when the link runs again
     const seq = msg.info.streamSequence;
     const known = this.bySeq.get(seq);
@@ -121,6 +125,7 @@ export class Pipeline {
       return;
     }
     const entry = newEntry(msg, result.identity, this.entryContext);
+    if (snapshot !== undefined) entry.headers.append(RelayHeaders.Snapshot, snapshot);
     if (this.deps.guard.kind === "none") entry.state = "ready";
     else this.claimQueue.push(entry);
     this.append(entry);
@@ -208,11 +213,14 @@ export class Pipeline {
     const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
     if (batch.length === 0) return;
     this.claimInFlight = true;
+    // A retry after a failed call reuses its token: claims that landed are then recognised as ours.
+    const token = (this.claimRetryToken ??= this.nextToken());
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
     this.deps.guard
-      .claim(batch.map((e) => e.identity))
+      .claim(batch.map((e) => e.identity), token)
       .then((results) => {
         end();
+        this.claimRetryToken = undefined;
         this.guardRecovered();
         batch.forEach((e, i) => this.applyClaim(e, results[i]));
       })

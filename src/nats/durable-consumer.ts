@@ -25,7 +25,7 @@ export function durableConfig(link: LinkConfig): Partial<ConsumerConfig> & { dur
  * on every start and from several relays at once. A filter change on an existing consumer is refused
  * (it would move the cursor): the error says how to proceed.
  */
-export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Promise<ConsumerInfo> {
+export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Promise<{ info: ConsumerInfo; created: boolean }> {
   const want = durableConfig(link);
   const stream = link.from.stream;
   try {
@@ -35,7 +35,7 @@ export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Pr
     } catch (err) {
       if (!isApiCode(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
     }
-    if (!info) return await jsm.consumers.add(stream, want);
+    if (!info) return { info: await jsm.consumers.add(stream, want), created: true };
     const have = info.config;
     if ((have.filter_subject ?? "") !== (want.filter_subject ?? "")) {
       throw new RelayError(
@@ -44,14 +44,15 @@ export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Pr
       );
     }
     if (have.ack_wait !== want.ack_wait || have.max_ack_pending !== want.max_ack_pending || have.max_deliver !== -1) {
-      return await jsm.consumers.update(stream, link.durableName, {
+      const updated = await jsm.consumers.update(stream, link.durableName, {
         ack_wait: want.ack_wait,
         max_ack_pending: want.max_ack_pending,
         max_deliver: -1,
         description: want.description,
       });
+      return { info: updated, created: false };
     }
-    return info;
+    return { info, created: false };
   } catch (err) {
     throw classifyJsError(err, `link ${link.name}: source stream ${stream} in region ${link.from.region}`);
   }

@@ -82,6 +82,7 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
       else reject(err instanceof Error ? err : new Error(String(err)));
     };
   });
+  finished.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
   const idleMs = opts.idleTimeoutMs ?? 30_000;
   const idle = setInterval(() => {
     if (Date.now() - lastProgress > idleMs) {

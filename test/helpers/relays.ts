@@ -51,11 +51,15 @@ export async function startRelay(
 
 /** Reads one series' value from a Prometheus registry (0 when absent). */
 export async function metricValue(relay: Relay, name: string, labels: Record<string, string>): Promise<number> {
-  const metric = relay.registry.getSingleMetric(name);
+  // Histogram series (`_bucket`, `_count`, `_sum`) live under the histogram's own name.
+  const base = name.replace(/_(bucket|count|sum)$/, "");
+  const metric = relay.registry.getSingleMetric(name) ?? relay.registry.getSingleMetric(base);
   if (!metric) return 0;
   const data = await metric.get();
   let sum = 0;
   for (const v of data.values) {
+    const metricName = (v as { metricName?: string }).metricName ?? name;
+    if (metricName !== name) continue;
     const l = v.labels as Record<string, string | number>;
     if (Object.entries(labels).every(([k, want]) => String(l[k]) === want)) sum += v.value;
   }

@@ -32,7 +32,7 @@ export async function createStream(nc: NatsConnection, spec: StreamSpec): Promis
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     num_replicas: spec.replicas ?? 1,
-    duplicate_window: nanos(spec.duplicateWindowMs ?? 120_000),
+    duplicate_window: nanos(spec.duplicateWindowMs ?? Math.min(120_000, spec.maxAgeMs ?? 120_000)),
     ...(spec.maxAgeMs ? { max_age: nanos(spec.maxAgeMs) } : {}),
     ...(spec.maxMsgs ? { max_msgs: spec.maxMsgs } : {}),
     ...(spec.allowRollup ? { allow_rollup_hdrs: true } : {}),
