@@ -1,8 +1,9 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { Registry } from "prom-client";
-import type { RelayConfig } from "./config/types.js";
-import { ErrorCodes, RelayError } from "./errors.js";
+import type { LinkConfig, RelayConfig } from "./config/types.js";
+import { ErrorCodes, RelayError, toRelayError } from "./errors.js";
+import { sleep } from "./lifecycle/backoff.js";
 import { createGuard } from "./guard/create-guard.js";
 import { Link } from "./link/link.js";
 import type { LinkStatus } from "./link/link.js";
@@ -16,6 +17,8 @@ export interface RelayDeps {
   readonly registry?: Registry;
   /** Links' backlog/state refresh interval (ms). */
   readonly pollIntervalMs?: number;
+  /** How long `start()` waits for links whose regions are not reachable yet (default 5 s). */
+  readonly startWaitMs?: number;
 }
 
 export interface RelayStatus {
@@ -36,6 +39,9 @@ export class Relay {
   readonly metrics: RelayMetrics;
   private readonly connections = new Map<string, NatsConnection>();
   private readonly links: Link[] = [];
+  /** Links not running yet (a region is still connecting) or that could not start. */
+  private readonly waiting = new Map<string, { config: LinkConfig; reason: string; failed?: RelayError }>();
+  private readonly abort = new AbortController();
   private readonly startedAt = new Date();
   private readonly logger: Logger;
   private current: RelayState = "created";
@@ -65,29 +71,56 @@ export class Relay {
     return this.config.links.filter((l) => l.to.region === this.region);
   }
 
-  /** Connects the regions (waiting for them if they are down) and starts every link. */
-  async start(signal?: AbortSignal): Promise<void> {
+  /**
+   * Connects the regions and starts every link as soon as both of its regions are reachable; a region
+   * that is down only holds back its own links (they show `starting` with the reason). Resolves when
+   * every link runs, or after `startWaitMs` with the rest still coming up in the background. Rejects
+   * on a fatal problem found meanwhile (credentials refused, a guard that refuses under `strict`).
+   */
+  async start(): Promise<void> {
     if (this.current !== "created") return;
     this.setState("starting");
     const mine = this.linkConfigs;
     if (mine.length === 0) this.logger.warn("no link has this region as its destination: nothing to do");
     const regionNames = new Set([this.region, ...mine.map((l) => l.from.region)]);
+    const connecting = new Map<string, Promise<NatsConnection>>();
     for (const name of regionNames) {
       const region = this.config.regions.get(name);
       if (!region) continue;
       const role = name === this.region ? "local" : "remote";
-      const nc = await connectRegion(region, {
+      const nc = connectRegion(region, {
         name: `jetstream-relay/${this.region}/${role}:${name}`,
         logger: this.logger,
-        ...(signal ? { signal } : {}),
+        signal: this.abort.signal,
+      }).then((c) => {
+        this.connections.set(name, c);
+        return c;
       });
-      this.connections.set(name, nc);
+      nc.catch(() => undefined); // observed by the links that wait for it
+      connecting.set(name, nc);
     }
-    for (const config of mine) {
-      const sourceRegion = this.config.regions.get(config.from.region);
-      const source = this.connections.get(config.from.region);
-      const dest = this.connections.get(this.region);
-      if (!sourceRegion || !source || !dest) continue;
+    let fatal: unknown;
+    const started = Promise.all(
+      mine.map((config) =>
+        this.startLink(config, connecting).catch((err: unknown) => {
+          fatal ??= err;
+        }),
+      ),
+    );
+    await Promise.race([started, sleep(this.deps.startWaitMs ?? 5_000, this.abort.signal)]);
+    if (fatal !== undefined) throw fatal;
+    if (!this.abort.signal.aborted) this.setState("running");
+  }
+
+  private async startLink(config: LinkConfig, connecting: ReadonlyMap<string, Promise<NatsConnection>>): Promise<void> {
+    const sourceRegion = this.config.regions.get(config.from.region);
+    const sourceConn = connecting.get(config.from.region);
+    const destConn = connecting.get(this.region);
+    if (!sourceRegion || !sourceConn || !destConn) return;
+    this.waiting.set(config.name, { config, reason: `connecting to regions ${config.from.region} and ${this.region}` });
+    try {
+      const [source, dest] = await Promise.all([sourceConn, destConn]);
+      if (this.abort.signal.aborted) return;
       const logger = this.deps.logger.child({ component: "link", region: this.region });
       const guard = createGuard(config.guard, {
         logger: logger.child({ link: config.name, component: "guard" }),
@@ -106,15 +139,22 @@ export class Relay {
         ...(this.deps.pollIntervalMs ? { pollIntervalMs: this.deps.pollIntervalMs } : {}),
       });
       this.links.push(link);
+      this.waiting.delete(config.name);
       await link.start();
+    } catch (err) {
+      if (this.abort.signal.aborted) return;
+      const relayErr = toRelayError(err);
+      this.waiting.set(config.name, { config, reason: relayErr.message, failed: relayErr });
+      this.logger.error({ link: config.name, code: relayErr.code, err: relayErr.message }, "link cannot start");
+      throw relayErr;
     }
-    this.setState("running");
   }
 
   /** Drains every link within `signal`'s deadline, then closes the connections. Idempotent. */
   stop(signal?: AbortSignal): Promise<void> {
     this.stopping ??= (async () => {
       this.setState("stopping");
+      this.abort.abort();
       await Promise.all(this.links.map((l) => l.stop(signal)));
       await Promise.all([...this.connections.values()].map((nc) => nc.drain().catch(() => nc.close())));
       this.setState("stopped");
@@ -128,7 +168,8 @@ export class Relay {
   }
 
   status(): RelayStatus {
-    return { region: this.region, startedAt: this.startedAt.toISOString(), links: this.links.map((l) => l.status()) };
+    const placeholders = [...this.waiting.values()].map((w) => waitingStatus(w.config, w.reason, w.failed));
+    return { region: this.region, startedAt: this.startedAt.toISOString(), links: [...this.links.map((l) => l.status()), ...placeholders] };
   }
 
   readiness(): { ready: boolean; reasons: string[] } {
@@ -137,6 +178,7 @@ export class Relay {
     for (const l of this.links) {
       if (l.currentState !== "live" && l.currentState !== "catching-up") reasons.push(`link ${l.name} is ${l.currentState}`);
     }
+    for (const [name, w] of this.waiting) reasons.push(`link ${name}: ${w.reason}`);
     return { ready: reasons.length === 0, reasons };
   }
 
@@ -144,4 +186,21 @@ export class Relay {
     this.current = next;
     this.logger.info({ state: next }, `relay ${next}`);
   }
+}
+
+function waitingStatus(config: LinkConfig, reason: string, failed?: RelayError): LinkStatus {
+  const now = new Date().toISOString();
+  return {
+    name: config.name,
+    from: `${config.from.region}/${config.from.stream}`,
+    to: `${config.to.region}/${config.to.stream}`,
+    state: failed ? "failed" : "starting",
+    stateSince: now,
+    stateReason: reason,
+    guard: config.guard ? config.guard.store.kind : "none",
+    inFlight: 0,
+    stateHistory: [],
+    gaps: [],
+    ...(failed ? { lastError: { code: failed.code, message: failed.message, at: now } } : {}),
+  };
 }

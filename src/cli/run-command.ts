@@ -39,20 +39,24 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   });
   const boundPort = await http.start();
   logger.info({ host, port: boundPort }, "http listening: /metrics /healthz /readyz /status");
-  const startAbort = new AbortController();
   const done = new Promise<number>((resolve) => {
     installShutdown({
       graceMs: config.shutdownGraceMs,
       logger,
       drain: async (deadline) => {
-        startAbort.abort();
         await relay.stop(deadline);
         await http.stop();
       },
       exit: resolve,
     });
   });
-  await relay.start(startAbort.signal);
+  try {
+    await relay.start();
+  } catch (err) {
+    await relay.stop(AbortSignal.timeout(2_000));
+    await http.stop();
+    throw err;
+  }
   return done;
 }
 

@@ -7,6 +7,9 @@ import assert from "node:assert/strict";
 import { startRelay } from "../helpers/relays.js";
 import { assertExactlyOnce, linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
 import { jetstreamManager } from "@nats-io/jetstream";
+import { parseConfigText } from "../../src/config/load.js";
+import { createLogger } from "../../src/observability/logger.js";
+import { Relay } from "../../src/relay.js";
 
 const TOTAL = 10_000;
 
@@ -71,4 +74,33 @@ for (const side of ["source", "destination"] as const) {
 async function assertMidTransfer(nc: NatsConnection, stream: string, total: number): Promise<void> {
   const n = await streamCount(nc, stream);
   assert.ok(n < total - 2_000, `fault injected mid-transfer (${n} of ${total} were relayed just before it)`);
+}
+
+test("a region that is down when the relay starts holds back only its links, which start when it comes up", async (t) => {
+  const servers = withServers(t);
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+  const src = uniqueName("SRC");
+  const dst = uniqueName("DST");
+  const nca = await connectTo(t, a.url);
+  const ncb = await connectTo(t, b.url);
+  await createStream(nca, { name: src, subjects: [`${src}.>`] });
+  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const ids = await publishIds(nca, src, "m", 500);
+  await a.stop();
+  const { relay } = await startRelayWithoutWaiting(t, linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }] }));
+  const waiting = relay.status().links[0];
+  assert.equal(waiting?.state, "starting");
+  assert.match(waiting?.stateReason ?? "", /connecting to regions a and b/);
+  assert.equal(relay.readiness().ready, false);
+  await a.restart();
+  await waitForCount(ncb, dst, ids.length, 60_000);
+  await assertExactlyOnce(ncb, dst, ids);
+  await check(() => relay.readiness().ready, { name: "ready once the link runs", timeoutMs: 20_000 });
+});
+
+async function startRelayWithoutWaiting(t: Parameters<typeof withServers>[0], yaml: string) {
+  const relay = new Relay(parseConfigText(yaml, "test.yaml"), "b", { logger: createLogger({ level: "silent" }), pollIntervalMs: 250, startWaitMs: 200 });
+  t.after(() => relay.stop(AbortSignal.timeout(5_000)));
+  await relay.start();
+  return { relay };
 }

@@ -129,9 +129,9 @@ test("Redis down when the relay starts: the link starts paused and runs once Red
 test("claims of unpublished messages are released on stop: another relay takes them at once", async (t) => {
   const { b, redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
   const guard = `    guard: { redis: { url: "${redis?.url}" }, claimTtl: 10m }\n`;
-  const ids = await publishIds(nca, src, "m", 50);
-  await b.stop(); // publishes fail after the claims were taken
   const first = await startRelay(t, yaml(guard), "b");
+  await b.stop(); // publishes fail after the claims were taken
+  const ids = await publishIds(nca, src, "m", 50);
   await check(async () => (await metricValue(first.relay, "relay_errors_total", { code: "PUBLISH_TIMEOUT" })) + (await metricValue(first.relay, "relay_errors_total", { code: "PUBLISH_FAILED" })) > 0, {
     name: "publishes failing",
     timeoutMs: 20_000,
