@@ -3,6 +3,7 @@
 # Node 20's --test takes no globs, so the file list is built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SETUP_PROMTOOL=1 bash scripts/setup.sh
 mapfile -t files < <(find test -name '*.test.ts' -not -path '*/node_modules/*' | sort)
 if [ "${#files[@]}" -eq 0 ]; then echo "no test files found" >&2; exit 1; fi
 exec node --import tsx --test --test-reporter=spec --test-concurrency="${TEST_CONCURRENCY:-2}" --test-timeout=600000 "${files[@]}"

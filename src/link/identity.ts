@@ -46,7 +46,7 @@ export function identify(msg: SourceMessage, link: LinkConfig): IdentityResult {
   if (rawVersion === undefined || rawVersion === "") {
     return { ok: false, id, reason: `missing version (${describe(versions.version)})` };
   }
-  if (!VERSION_RE.test(rawVersion)) {
+  if (!VERSION_RE.test(rawVersion) || !Number.isSafeInteger(Number(rawVersion))) {
     return { ok: false, id, reason: `malformed version ${JSON.stringify(rawVersion.slice(0, 32))} (${describe(versions.version)}): want a non-negative integer` };
   }
   return { ok: true, identity: { id, origin, path, entity, version: Number(rawVersion) } };
