@@ -71,6 +71,7 @@ export class Pipeline {
   private guardBlockedUntil = 0;
   private pumpScheduled = false;
   private retryTimer: NodeJS.Timeout | undefined;
+  private retryAt = 0;
   private troubled = false;
   private halted = false;
   private drainWaiters: (() => void)[] = [];
@@ -190,8 +191,11 @@ export class Pipeline {
     });
   }
 
+  /** Arms one timer for the earliest deadline asked for; a later deadline never pushes it back. */
   private scheduleAt(until: number): void {
+    if (this.retryTimer && this.retryAt <= until) return;
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryAt = until;
     this.retryTimer = setTimeout(() => {
       this.retryTimer = undefined;
       this.schedule();
@@ -204,6 +208,10 @@ export class Pipeline {
     this.publishReady();
     this.commitNext();
     this.trim();
+    // Work held back by a backoff must find a timer waiting for it: nothing else may wake us up
+    // (a paused link receives no new messages once its ack window is full).
+    const now = Date.now();
+    for (const until of [this.guardBlockedUntil, this.publishBlockedUntil]) if (until > now && this.bySeq.size > 0) this.scheduleAt(until);
   }
 
   // ---- guard claim: one round trip per batch, batches in arrival order -------------------------------

@@ -23,7 +23,7 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
   await createStream(nca, { name: src, subjects: [`${src}.>`] });
   await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
   const ids = await publishIds(nca, src, "m", TOTAL);
-  await startRelay(
+  const { relay } = await startRelay(
     t,
     linkYaml({ regions: { a: [a.url], b: cluster.urls }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }] }),
     "b",
@@ -34,7 +34,15 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
   if (!leader) throw new Error(`stream leader ${leaderName} is not one of the cluster's nodes`);
   await assertMidTransfer(ncb, dst, TOTAL);
   await leader.kill();
-  await waitForCount(ncb, dst, TOTAL, 90_000, "after the leader was killed");
+  await waitForCount(ncb, dst, TOTAL, 90_000, "after the leader was killed").catch(async (err: unknown) => {
+    // Say what the cluster thinks, so a failure here can be told apart from a relay problem.
+    for (const n of cluster.nodes.filter((x) => x.running)) {
+      const jsz = await fetch(`http://127.0.0.1:${n.monitorPort}/jsz?streams=true`).then((r) => r.text(), (e: unknown) => String(e));
+      console.error(n.name, jsz.slice(0, 1500));
+    }
+    console.error(JSON.stringify(relay.status().links[0]));
+    throw err;
+  });
   await leader.restart();
   await assertExactlyOnce(ncb, dst, ids);
 });

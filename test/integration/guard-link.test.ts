@@ -98,7 +98,7 @@ test("Redis killed and restarted mid-transfer: the link pauses, resumes, and not
   const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
   if (!redis) throw new Error("redis required");
   const ids = await publishIds(nca, src, "m", 10_000);
-  const { relay } = await startRelay(t, yaml(`    batchSize: 100\n    inFlight: 200\n    guard: { redis: { url: "${redis.url}" } }\n`), "b");
+  const { relay, logs } = await startRelay(t, yaml(`    batchSize: 100\n    inFlight: 200\n    guard: { redis: { url: "${redis.url}" } }\n`), "b", { level: "debug" });
   await waitForCount(ncb, dst, 1_000, 30_000);
   await redis.kill();
   await check(() => relay.status().links[0]?.state === "paused", { name: "link paused", timeoutMs: 15_000 });
@@ -107,7 +107,10 @@ test("Redis killed and restarted mid-transfer: the link pauses, resumes, and not
   assert.ok((await streamCount(ncb, dst)) - during <= 200, "at most the in-flight window lands while paused");
   assert.ok(during < ids.length, "Redis died mid-transfer");
   await redis.restart();
-  await waitForCount(ncb, dst, ids.length, 60_000, "after Redis came back");
+  await waitForCount(ncb, dst, ids.length, 60_000, "after Redis came back").catch((err: unknown) => {
+    console.error(JSON.stringify(relay.status(), null, 1), logs.lines.filter((l) => !l.includes('"decision"')).slice(-40).join("\n"));
+    throw err;
+  });
   await check(() => relay.status().links[0]?.state === "live", { name: "link live again", timeoutMs: 20_000 });
   await assertExactlyOnce(ncb, dst, ids);
   assert.ok((await metricValue(relay, "relay_errors_total", { code: "GUARD_UNAVAILABLE" })) > 0);
