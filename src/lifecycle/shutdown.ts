@@ -8,6 +8,8 @@ export interface ShutdownOptions {
   /** Injected for tests; defaults to process.exit. */
   readonly exit?: (code: number) => void;
   readonly signals?: readonly NodeJS.Signals[];
+  /** Time after the grace period before the watchdog forces exit 1 (default 5 s, for closing). */
+  readonly marginMs?: number;
 }
 
 /**
@@ -30,10 +32,11 @@ export function installShutdown(opts: ShutdownOptions): () => void {
     opts.logger.info({ signal, graceMs: opts.graceMs }, "draining");
     const deadline = new AbortController();
     const graceTimer = setTimeout(() => deadline.abort(), opts.graceMs);
+    graceTimer.unref();
     const watchdog = setTimeout(() => {
       opts.logger.error({ graceMs: opts.graceMs }, "shutdown did not finish within the grace period: exiting");
       exit(1);
-    }, opts.graceMs + 5_000);
+    }, opts.graceMs + (opts.marginMs ?? 5_000));
     watchdog.unref();
     opts
       .drain(deadline.signal)
