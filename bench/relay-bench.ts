@@ -5,6 +5,7 @@
  *   raw JetStream publish ceiling (pipelined publish + PubAck parse)  = what filling a stream costs
  *   relay, broker dedup only                                           = msgs/s and peak RSS
  *   relay with the Redis guard                                         = msgs/s and peak RSS
+ * The relays run with the default link settings (batchSize 500, inFlight 1024), compiled (dist/).
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
  */
 import { spawnSync } from "node:child_process";
@@ -112,8 +113,6 @@ links:
   - name: bench
     from: { region: a, stream: SRC }
     to: { region: b, stream: DST }
-    batchSize: 1000
-    inFlight: 4096
 ${guardYaml}
 http: { listen: "127.0.0.1:0" }
 log: { level: warn }

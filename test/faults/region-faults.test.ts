@@ -5,7 +5,7 @@ import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import assert from "node:assert/strict";
 import { startRelay } from "../helpers/relays.js";
-import { assertExactlyOnce, linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { parseConfigText } from "../../src/config/load.js";
 import { createLogger } from "../../src/observability/logger.js";
@@ -49,14 +49,7 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
 
 for (const side of ["source", "destination"] as const) {
   test(`the ${side} region goes down and comes back mid-transfer`, async (t) => {
-    const servers = withServers(t);
-    const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-    const src = uniqueName("SRC");
-    const dst = uniqueName("DST");
-    const nca = await connectTo(t, a.url);
-    const ncb = await connectTo(t, b.url);
-    await createStream(nca, { name: src, subjects: [`${src}.>`] });
-    await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+    const { a, b, src, dst, nca, ncb } = await twoRegions(t);
     const ids = await publishIds(nca, src, "m", TOTAL);
     const { relay } = await startRelay(
       t,
@@ -85,14 +78,7 @@ async function assertMidTransfer(nc: NatsConnection, stream: string, total: numb
 }
 
 test("a region that is down when the relay starts holds back only its links, which start when it comes up", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t);
   const ids = await publishIds(nca, src, "m", 500);
   await a.stop();
   const { relay } = await startRelayWithoutWaiting(t, linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }] }));

@@ -1,23 +1,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { withServers } from "../helpers/servers.js";
-import { uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, streamCount } from "../helpers/streams.js";
+import type { withServers } from "../helpers/servers.js";
+import { streamCount } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
 import type { RelayProcess } from "../helpers/relays.js";
-import { assertExactlyOnce, linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
 
 const TOTAL = 20_000;
 
 async function setup(t: Parameters<typeof withServers>[0]) {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t);
   const ids = await publishIds(nca, src, "m", TOTAL);
   const config = await writeConfig(
     linkYaml({

@@ -1,7 +1,10 @@
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { check } from "./check.js";
-import { exactlyOnce, publishMany, readStream, streamCount } from "./streams.js";
+import { check, uniqueName } from "./check.js";
+import { withServers } from "./servers.js";
+import type { HasAfter } from "./servers.js";
+import { connectTo, createStream, exactlyOnce, publishMany, readStream, streamCount } from "./streams.js";
+import type { NatsNode, ServerBackend } from "./types.js";
 
 export function linkYaml(opts: {
   regions: Record<string, readonly string[]>;
@@ -52,4 +55,40 @@ export async function assertInOrder(nc: NatsConnection, stream: string, expected
   const stored = await readStream(nc, stream);
   const ids = stored.map((m) => m.headers["Nats-Msg-Id"] ?? "");
   assert.deepEqual(ids, [...expected]);
+}
+
+export interface TwoRegions {
+  readonly a: NatsNode;
+  readonly b: NatsNode;
+  /** Source stream in region a and destination stream in region b, both capturing `${src}.>`. */
+  readonly src: string;
+  readonly dst: string;
+  readonly nca: NatsConnection;
+  readonly ncb: NatsConnection;
+  readonly servers: ServerBackend;
+  /** Config of one link a-to-b between the two streams; `extra` adds indented link keys. */
+  yaml(extra?: string, topLevel?: string): string;
+}
+
+/** The most common setup: two single-node regions, a source and a destination stream, clients on both. */
+export async function twoRegions(
+  t: HasAfter,
+  opts: { srcMaxAgeMs?: number; dstDuplicateWindowMs?: number; allowRollup?: boolean } = {},
+): Promise<TwoRegions> {
+  const servers = withServers(t);
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+  const src = uniqueName("SRC");
+  const dst = uniqueName("DST");
+  const nca = await connectTo(t, a.url);
+  const ncb = await connectTo(t, b.url);
+  const rollup = opts.allowRollup ? { allowRollup: true } : {};
+  await createStream(nca, { name: src, subjects: [`${src}.>`], ...rollup, ...(opts.srcMaxAgeMs ? { maxAgeMs: opts.srcMaxAgeMs } : {}) });
+  await createStream(ncb, { name: dst, subjects: [`${src}.>`], ...rollup, ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}) });
+  const yaml = (extra = "", topLevel = "") =>
+    linkYaml({
+      regions: { a: [a.url], b: [b.url] },
+      links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra }],
+      extra: topLevel,
+    });
+  return { a, b, src, dst, nca, ncb, servers, yaml };
 }

@@ -1,32 +1,24 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { withServers } from "../helpers/servers.js";
+import type { withServers } from "../helpers/servers.js";
 import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany, readStream, streamCount } from "../helpers/streams.js";
+import { createStream, publishMany, readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/relays.js";
-import { assertExactlyOnce, linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 
 type T = Parameters<typeof withServers>[0];
 
-async function twoRegions(t: T, opts: { dupWindowMs?: number; redis?: boolean; appendonly?: boolean } = {}) {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const redis = opts.redis === false ? undefined : await servers.startRedis({ appendonly: opts.appendonly ?? true });
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`], duplicateWindowMs: opts.dupWindowMs ?? 120_000 });
-  const yaml = (extra: string) =>
-    linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra }] });
-  return { a, b, redis, src, dst, nca, ncb, yaml };
+/** Two regions plus a real redis-server for the guard (AOF on unless told otherwise). */
+async function withRedis(t: T, opts: { dupWindowMs?: number; appendonly?: boolean } = {}) {
+  const r = await twoRegions(t, opts.dupWindowMs ? { dstDuplicateWindowMs: opts.dupWindowMs } : {});
+  const redis = await r.servers.startRedis({ appendonly: opts.appendonly ?? true });
+  return { ...r, redis };
 }
 
 test("redelivery after the destination's duplicate window: the guard keeps a second copy out", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t, { dupWindowMs: 1_000 });
-  const guard = `    guard: { redis: { url: "${redis?.url}" }, idTtl: 1h }\n`;
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t, { dupWindowMs: 1_000 });
+  const guard = `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }\n`;
   const ids = await publishIds(nca, src, "m", 200);
   const first = await startRelay(t, yaml(`    durable: first\n${guard}`), "b");
   await waitForCount(ncb, dst, 200, 30_000);
@@ -49,8 +41,8 @@ test("redelivery after the destination's duplicate window: the guard keeps a sec
 });
 
 test("versions 82 then 81 of one entity: 81 is stale, the destination's last state is 82", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
-  const guard = `    guard: { redis: { url: "${redis?.url}" }, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t);
+  const guard = `    guard: { redis: { url: "${redis.url}" }, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
   const { relay } = await startRelay(t, yaml(guard), "b");
   await publishMany(nca, 1, () => ({ subject: `${src}.presence`, headers: { "Nats-Msg-Id": "ev-82", "Entity-Id": "u-17", "Entity-Version": "82" } }));
   await waitForCount(ncb, dst, 1, 20_000);
@@ -66,9 +58,9 @@ test("versions 82 then 81 of one entity: 81 is stale, the destination's last sta
 });
 
 test("two relay processes racing on the same messages: each id is published once", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t, { dupWindowMs: 1_000 });
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t, { dupWindowMs: 1_000 });
   const ids = await publishIds(nca, src, "race", 5_000);
-  const guard = `    guard: { redis: { url: "${redis?.url}" }, claimTtl: 30s }\n`;
+  const guard = `    guard: { redis: { url: "${redis.url}" }, claimTtl: 30s }\n`;
   const extra = 'http: { listen: "127.0.0.1:0" }\n';
   // Two cursors over the same source: both relays see every message.
   const p1 = spawnRelay(t, ["run", "--config", await writeConfig(yaml(`    durable: one\n${guard}`) + extra), "--region", "b"]);
@@ -95,8 +87,7 @@ test("two relay processes racing on the same messages: each id is published once
 });
 
 test("Redis killed and restarted mid-transfer: the link pauses, resumes, and nothing is lost or doubled", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
-  if (!redis) throw new Error("redis required");
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t);
   const ids = await publishIds(nca, src, "m", 10_000);
   const { relay, logs } = await startRelay(t, yaml(`    batchSize: 100\n    inFlight: 200\n    guard: { redis: { url: "${redis.url}" } }\n`), "b", { level: "debug" });
   await waitForCount(ncb, dst, 1_000, 30_000);
@@ -117,8 +108,7 @@ test("Redis killed and restarted mid-transfer: the link pauses, resumes, and not
 });
 
 test("Redis down when the relay starts: the link starts paused and runs once Redis is up", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
-  if (!redis) throw new Error("redis required");
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t);
   await redis.stop();
   const ids = await publishIds(nca, src, "m", 100);
   const { relay } = await startRelay(t, yaml(`    guard: { redis: { url: "${redis.url}" } }\n`), "b");
@@ -130,8 +120,8 @@ test("Redis down when the relay starts: the link starts paused and runs once Red
 });
 
 test("claims of unpublished messages are released on stop: another relay takes them at once", async (t) => {
-  const { b, redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
-  const guard = `    guard: { redis: { url: "${redis?.url}" }, claimTtl: 10m }\n`;
+  const { b, redis, src, dst, nca, ncb, yaml } = await withRedis(t);
+  const guard = `    guard: { redis: { url: "${redis.url}" }, claimTtl: 10m }\n`;
   const first = await startRelay(t, yaml(guard), "b");
   await b.stop(); // publishes fail after the claims were taken
   const ids = await publishIds(nca, src, "m", 50);
@@ -148,11 +138,11 @@ test("claims of unpublished messages are released on stop: another relay takes t
 });
 
 test("bad version headers go to the dead-letter subject with the reason; halt stops the link", async (t) => {
-  const { redis, src, dst, nca, ncb, yaml } = await twoRegions(t);
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t);
   const dlq = uniqueName("DLQ");
   await createStream(ncb, { name: dlq, subjects: [`dlq.${dlq}`] });
   const versions = `versions: { entity: "header:Entity-Id", version: "header:Entity-Version" }`;
-  const { relay } = await startRelay(t, yaml(`    onBadMessage: { deadLetter: "dlq.${dlq}" }\n    guard: { redis: { url: "${redis?.url}" }, ${versions} }\n`), "b");
+  const { relay } = await startRelay(t, yaml(`    onBadMessage: { deadLetter: "dlq.${dlq}" }\n    guard: { redis: { url: "${redis.url}" }, ${versions} }\n`), "b");
   await publishMany(nca, 1, () => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": "bad-1", "Entity-Id": "e", "Entity-Version": "v12" } }));
   await publishMany(nca, 1, () => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": "bad-2", "Entity-Id": "e" } }));
   await publishMany(nca, 1, () => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": "good-1", "Entity-Id": "e", "Entity-Version": "3" } }));

@@ -1,10 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { publishMany } from "../helpers/streams.js";
 import { startRelay } from "../helpers/relays.js";
-import { linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
 
 /** Parses Prometheus text exposition into `name{labels} -> value`. */
 function parseMetrics(text: string): Map<string, number> {
@@ -18,14 +17,7 @@ function parseMetrics(text: string): Map<string, number> {
 }
 
 test("/metrics counts what the test sent; /status, /readyz and /healthz answer", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t);
   // 500 new messages, plus 20 that B already holds under the same ids: the broker reports those as duplicates.
   await publishMany(ncb, 20, (i) => ({ subject: `${src}.0`, headers: { "Nats-Msg-Id": `m-${i}` } }));
   await publishIds(nca, src, "m", 520);

@@ -1,8 +1,8 @@
 import { test } from "node:test";
+import { twoRegions } from "../helpers/scenario.js";
 import assert from "node:assert/strict";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany, readStream, streamCount } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { publishMany, readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 
 function twoRegionYaml(a: string, b: string, src: string, dst: string, extra = ""): string {
@@ -22,14 +22,7 @@ log: { level: info }
 }
 
 test("20,000 messages A→B arrive exactly once, in source order, headers intact and stamped", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t);
   const total = 20_000;
   await publishMany(nca, total, (i) => ({
     subject: `${src}.orders.${i % 7}`,
@@ -60,14 +53,7 @@ test("20,000 messages A→B arrive exactly once, in source order, headers intact
 });
 
 test("messages without Nats-Msg-Id get deterministic ids; JetStream control headers are stripped", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`], allowRollup: true });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`], allowRollup: true });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t, { allowRollup: true });
   // B already holds one message, so B's sequences run one ahead of A's: an expected-last-sequence that
   // holds in A would be refused in B, and a subject rollup would purge B's earlier messages.
   await publishMany(ncb, 1, () => ({ subject: `${src}.y`, headers: { "Nats-Msg-Id": "local-1" } }));

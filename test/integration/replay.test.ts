@@ -1,29 +1,17 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, readStream, streamCount } from "../helpers/streams.js";
+import type { withServers } from "../helpers/servers.js";
+import { check } from "../helpers/check.js";
+import { readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, RelayProcess, startRelay } from "../helpers/relays.js";
-import { linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import type { Relay } from "../../src/relay.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
 
 type T = Parameters<typeof withServers>[0];
 
-async function regions(t: T, sourceMaxAgeMs?: number) {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`], ...(sourceMaxAgeMs ? { maxAgeMs: sourceMaxAgeMs } : {}) });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
-  const yaml = (extra: string) =>
-    linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra }] });
-  return { a, b, src, dst, nca, ncb, yaml };
-}
+const regions = (t: T, sourceMaxAgeMs?: number) => twoRegions(t, sourceMaxAgeMs ? { srcMaxAgeMs: sourceMaxAgeMs } : {});
 
 const linkOf = (relay: Relay) => relay.status().links[0];
 
