@@ -66,6 +66,8 @@ export class Pipeline {
   private publishBlockedUntil = 0;
   private claimInFlight = false;
   private claimRetryToken: string | undefined;
+  /** Per entity, the highest version this pipeline claimed and has not committed yet. */
+  private readonly uncommittedVersions = new Map<string, number>();
   private readonly nextToken = tokenSource();
   private commitInFlight = false;
   private guardBlockedUntil = 0;
@@ -149,6 +151,7 @@ export class Pipeline {
     this.entries.length = 0;
     this.claimQueue = [];
     this.commitQueue = [];
+    this.uncommittedVersions.clear();
     this.head = 0;
     this.bySeq.clear();
     this.publishPos = 0;
@@ -248,10 +251,25 @@ export class Pipeline {
     const decision = result?.decision ?? "in-flight";
     this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
     switch (decision) {
-      case "relay":
+      case "relay": {
         entry.token = result?.token;
+        const { entity, version } = entry.identity;
+        if (entity !== undefined && version !== undefined) {
+          // The guard compares with committed versions; a newer version of this entity that we claimed
+          // in an earlier batch and have not committed yet makes this one stale too.
+          const pending = this.uncommittedVersions.get(entity);
+          if (pending !== undefined && version <= pending) {
+            this.deps.guard.release([claimedItem(entry)]).catch(() => undefined); // else it expires
+            this.debug("stale", entry.identity.id, { uncommittedVersion: pending });
+            this.counters.corrections.stale_version.inc();
+            this.finish(entry, "stale");
+            return;
+          }
+          this.uncommittedVersions.set(entity, version);
+        }
         entry.state = "ready";
         return;
+      }
       case "duplicate":
         this.counters.corrections.guard_duplicate.inc();
         this.finish(entry, "duplicate");
@@ -382,6 +400,10 @@ export class Pipeline {
 
   private finish(entry: Entry, outcome: MessageOutcome): void {
     for (const d of entry.deliveries) d.ack();
+    const { entity, version } = entry.identity;
+    if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
+      this.uncommittedVersions.delete(entity); // committed (or stale): the guard knows it now
+    }
     this.count(outcome);
     if (outcome === "relayed") {
       this.counters.replayAge.observe(Math.max(0, (Date.now() - entry.sourceMs) / 1000));

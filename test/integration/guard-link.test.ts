@@ -57,6 +57,27 @@ test("versions 82 then 81 of one entity: 81 is stale, the destination's last sta
   assert.deepEqual(stored.map((m) => m.headers["Nats-Msg-Id"]), ["ev-82", "ev-90"]);
 });
 
+test("an older version in a later batch, while the newer one is still unconfirmed, is stale too", async (t) => {
+  const { redis, src, dst, nca, ncb, yaml } = await withRedis(t);
+  const guard = `    batchSize: 1\n    guard: { redis: { url: "${redis.url}" }, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
+  // Per entity: version 2 then version 1, one claim batch each (batchSize 1), back to back.
+  const entities = 100;
+  await publishMany(nca, entities * 2, (i) => {
+    const e = Math.floor(i / 2);
+    const version = i % 2 === 0 ? "2" : "1";
+    return { subject: `${src}.e`, headers: { "Nats-Msg-Id": `e${e}-v${version}`, "Entity-Id": `e${e}`, "Entity-Version": version } };
+  }, 1);
+  const { relay } = await startRelay(t, yaml(guard), "b");
+  await check(async () => (await metricValue(relay, "relay_messages_total", { outcome: "stale" })) + (await metricValue(relay, "relay_messages_total", { outcome: "relayed" })) === entities * 2, {
+    name: "every message decided",
+    timeoutMs: 30_000,
+  });
+  assert.equal(await metricValue(relay, "relay_messages_total", { outcome: "stale" }), entities);
+  const stored = await readStream(ncb, dst);
+  assert.equal(stored.length, entities);
+  assert.ok(stored.every((m) => m.headers["Entity-Version"] === "2"), "no entity ends on version 1");
+});
+
 test("two relay processes racing on the same messages: each id is published once", async (t) => {
   const { redis, src, dst, nca, ncb, yaml } = await withRedis(t, { dupWindowMs: 1_000 });
   const ids = await publishIds(nca, src, "race", 5_000);
