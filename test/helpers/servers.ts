@@ -1,18 +1,29 @@
 import { ContainersBackend } from "./containers-backend.js";
 import { LocalBackend } from "./local-backend.js";
-import { requireBinary } from "./local-process.js";
+import { existsSync } from "node:fs";
+import { findBinary, requireBinary } from "./local-process.js";
 import type { ServerBackend } from "./types.js";
 
 /**
- * The backend tests should use. Local processes are the default because this project's CI and
- * dev machines have nats-server/redis-server installed but no Docker engine;
- * RELAY_TEST_BACKEND=containers opts into Testcontainers where Docker exists.
+ * The backend tests should use, picked by environment:
+ * - RELAY_TEST_BACKEND=local or =containers decides;
+ * - otherwise local processes when nats-server is installed (this project's CI and dev machines have
+ *   nats-server/redis-server but no Docker engine), else Testcontainers when a Docker engine is
+ *   reachable (DOCKER_HOST, or the default socket);
+ * - otherwise fail fast with the fix, rather than with an ENOENT deep inside the first test.
  */
-export function createBackend(): ServerBackend {
-  if (process.env.RELAY_TEST_BACKEND === "containers") return new ContainersBackend();
-  // Fail fast with the fix, rather than with an ENOENT from deep inside the first test.
-  requireBinary("nats-server", "nats-server");
-  return new LocalBackend();
+export function createBackend(env: NodeJS.ProcessEnv = process.env): ServerBackend {
+  const chosen = env.RELAY_TEST_BACKEND;
+  if (chosen === "containers") return new ContainersBackend();
+  if (chosen === "local" || findBinary("nats-server") || !dockerEngineLikely(env)) {
+    requireBinary("nats-server", "nats-server");
+    return new LocalBackend();
+  }
+  return new ContainersBackend();
+}
+
+function dockerEngineLikely(env: NodeJS.ProcessEnv): boolean {
+  return Boolean(env.DOCKER_HOST) || existsSync("/var/run/docker.sock");
 }
 
 /** Anything with node:test's `after` hook: a TestContext (`t`), a SuiteContext, or `{ after }` itself. */
