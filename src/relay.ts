@@ -199,6 +199,7 @@ function waitingStatus(config: LinkConfig, reason: string, failed?: RelayError):
     stateReason: reason,
     guard: config.guard ? config.guard.store.kind : "none",
     inFlight: 0,
+    corrections: {},
     stateHistory: [],
     gaps: [],
     ...(failed ? { lastError: { code: failed.code, message: failed.message, at: now } } : {}),

@@ -38,7 +38,7 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
 }
 
 export function formatTable(status: RelayStatus): string {
-  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "GUARD", "LAST ERROR"];
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
   const rows = status.links.map((l) => [
     l.name,
     l.from,
@@ -48,6 +48,8 @@ export function formatTable(status: RelayStatus): string {
     String(l.backlog?.messages ?? "?"),
     l.backlog ? `${l.backlog.ageSeconds.toFixed(1)}s` : "?",
     String(l.inFlight),
+    String(Object.values(l.corrections ?? {}).reduce((a, b) => a + b, 0)),
+    String((l.gaps ?? []).reduce((a, g) => a + g.count, 0)),
     l.guard,
     l.lastError ? `${l.lastError.code}: ${l.lastError.message}`.slice(0, 60) : "-",
   ]);

@@ -41,6 +41,8 @@ export interface LinkStatus {
   readonly stateReason?: string;
   readonly guard: Guard["kind"];
   readonly inFlight: number;
+  /** Corrections since the relay started, by kind. */
+  readonly corrections: Readonly<Record<string, number>>;
   readonly backlog?: BacklogReading;
   readonly lastError?: { readonly code: string; readonly message: string; readonly at: string };
   readonly stateHistory: readonly { readonly state: LinkState; readonly at: string; readonly reason?: string }[];
@@ -153,6 +155,7 @@ export class Link {
       ...(this.state.reason ? { stateReason: this.state.reason } : {}),
       guard: this.deps.guard.kind,
       inFlight: this.pipeline.size,
+      corrections: { ...this.pipeline.corrections },
       ...(this.backlog ? { backlog: this.backlog } : {}),
       ...(this.lastError ? { lastError: this.lastError } : {}),
       stateHistory: [...this.state.history],

@@ -6,7 +6,7 @@ import { tokenSource } from "../guard/items.js";
 import type { ClaimResult, Guard } from "../guard/types.js";
 import { Backoff } from "../lifecycle/backoff.js";
 import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
-import type { MessageOutcome, RelayMetrics } from "../observability/metrics.js";
+import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
 import { newEntry, stripSet, toDeadLetter } from "./entry.js";
 import { NanosFormatter, RelayHeaders } from "./headers.js";
@@ -68,6 +68,7 @@ export class Pipeline {
   private claimRetryToken: string | undefined;
   /** Per entity, the highest version this pipeline claimed and has not committed yet. */
   private readonly uncommittedVersions = new Map<string, number>();
+  private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0 };
   private readonly nextToken = tokenSource();
   private commitInFlight = false;
   private guardBlockedUntil = 0;
@@ -261,7 +262,7 @@ export class Pipeline {
           if (pending !== undefined && version <= pending) {
             this.deps.guard.release([claimedItem(entry)]).catch(() => undefined); // else it expires
             this.debug("stale", entry.identity.id, { uncommittedVersion: pending });
-            this.counters.corrections.stale_version.inc();
+            this.correct("stale_version");
             this.finish(entry, "stale");
             return;
           }
@@ -271,11 +272,11 @@ export class Pipeline {
         return;
       }
       case "duplicate":
-        this.counters.corrections.guard_duplicate.inc();
+        this.correct("guard_duplicate");
         this.finish(entry, "duplicate");
         return;
       case "stale":
-        this.counters.corrections.stale_version.inc();
+        this.correct("stale_version");
         this.finish(entry, "stale");
         return;
       case "in-flight":
@@ -310,7 +311,7 @@ export class Pipeline {
       entry.state = "published";
       this.counters.publishDuration.observe((performance.now() - entry.publishStartedAt) / 1000);
       if (ack.duplicate) {
-        this.counters.corrections.broker_duplicate.inc();
+        this.correct("broker_duplicate");
         this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
       }
       entry.brokerDuplicate = ack.duplicate;
@@ -449,6 +450,16 @@ export class Pipeline {
     if (!this.troubled) return;
     this.troubled = false;
     this.deps.events.healthy();
+  }
+
+  /** Corrections so far, by kind (also in `relay_corrections_total`): shown in /status. */
+  get corrections(): Readonly<Record<CorrectionKind, number>> {
+    return this.correctionCounts;
+  }
+
+  private correct(kind: CorrectionKind): void {
+    this.counters.corrections[kind].inc();
+    this.correctionCounts[kind]++;
   }
 
   private count(outcome: MessageOutcome): void {

@@ -56,8 +56,12 @@ test("/metrics counts what the test sent; /status, /readyz and /healthz answer",
 
   assert.equal((await fetch(`${url}/healthz`)).status, 200);
   assert.equal((await fetch(`${url}/readyz`)).status, 200);
-  const status = (await (await fetch(`${url}/status`)).json()) as { region: string; links: { name: string; state: string }[] };
+  const status = (await (await fetch(`${url}/status`)).json()) as {
+    region: string;
+    links: { name: string; state: string; corrections: Record<string, number> }[];
+  };
   assert.equal(status.region, "b");
+  assert.deepEqual(status.links[0]?.corrections, { broker_duplicate: 20, guard_duplicate: 0, stale_version: 0 });
   assert.deepEqual(status.links.map((l) => [l.name, l.state]), [["a-to-b", "live"]]);
   assert.equal((await fetch(`${url}/nope`)).status, 404);
 });
