@@ -13,8 +13,8 @@ import { readFileSync } from "node:fs";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { headers, nanos } from "@nats-io/nats-core";
-import type { NatsConnection } from "@nats-io/nats-core";
-import { JetStreamPublisher } from "../src/nats/publisher.js";
+import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
+import { fillStream } from "../test/helpers/fill.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
 
@@ -35,28 +35,13 @@ async function addStream(nc: NatsConnection, name: string, subjects: string[], e
 }
 
 /** Fills a stream as fast as the pipelined publisher goes, 4,096 in flight; returns msgs/s. */
-async function fill(nc: NatsConnection, subject: string, count: number, idPrefix: string): Promise<number> {
-  const publisher = new JetStreamPublisher(nc, 30_000);
-  const started = performance.now();
-  let sent = 0;
-  let done = 0;
-  await new Promise<void>((resolve, reject) => {
-    const pump = () => {
-      while (sent < count && sent - done < 4_096) {
-        const h = headers();
-        h.set("Nats-Msg-Id", `${idPrefix}-${sent}`);
-        publisher.publish(`${subject}.${sent % 16}`, payload, h, (err) => {
-          if (err) return reject(err);
-          if (++done === count) resolve();
-          else if (done % 1_024 === 0) setImmediate(pump);
-        });
-        sent++;
-      }
-    };
-    pump();
-  });
-  publisher.close();
-  return count / ((performance.now() - started) / 1000);
+function fill(nc: NatsConnection, subject: string, count: number, idPrefix: string): Promise<number> {
+  const withId = (i: number): MsgHdrs => {
+    const h = headers();
+    h.set("Nats-Msg-Id", `${idPrefix}-${i}`);
+    return h;
+  };
+  return fillStream(nc, subject, count, { payload, headers: withId });
 }
 
 /** Polls the stream's message count; times from the first message to the last. */

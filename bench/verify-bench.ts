@@ -16,7 +16,7 @@ import { connect } from "@nats-io/transport-node";
 import { headers, nanos } from "@nats-io/nats-core";
 import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
 import { verifyCommand } from "../src/cli/verify-command.js";
-import { JetStreamPublisher } from "../src/nats/publisher.js";
+import { fillStream } from "../test/helpers/fill.js";
 import type { VerifyReport } from "../src/verify/report.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { writeConfig } from "../test/helpers/relays.js";
@@ -45,26 +45,8 @@ function msgHeaders(i: number, relayedFrom?: string): MsgHdrs {
 }
 
 /** Pipelined publishing, 4,096 in flight, in order on one connection. Returns msgs/s. */
-async function fill(nc: NatsConnection, subject: string, count: number, make: (i: number) => MsgHdrs): Promise<number> {
-  const publisher = new JetStreamPublisher(nc, 60_000);
-  const started = performance.now();
-  let sent = 0;
-  let done = 0;
-  await new Promise<void>((resolve, reject) => {
-    const pump = () => {
-      while (sent < count && sent - done < 4_096) {
-        const i = sent++;
-        publisher.publish(`${subject}.${i % 16}`, payload, make(i), (err) => {
-          if (err) return reject(err);
-          if (++done === count) resolve();
-          else if (done % 1_024 === 0) setImmediate(pump);
-        });
-      }
-    };
-    pump();
-  });
-  publisher.close();
-  return count / ((performance.now() - started) / 1000);
+function fill(nc: NatsConnection, subject: string, count: number, make: (i: number) => MsgHdrs): Promise<number> {
+  return fillStream(nc, subject, count, { payload, headers: make });
 }
 
 async function addStream(nc: NatsConnection, name: string, subjects: string[]): Promise<void> {

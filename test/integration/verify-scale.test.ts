@@ -4,7 +4,7 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
 import { verifyCommand } from "../../src/cli/verify-command.js";
-import { JetStreamPublisher } from "../../src/nats/publisher.js";
+import { fillStream } from "../helpers/fill.js";
 import type { VerifyReport } from "../../src/verify/report.js";
 import { withServers } from "../helpers/servers.js";
 import { check, uniqueName } from "../helpers/check.js";
@@ -30,25 +30,9 @@ function headersOf(i: number, relayedFrom?: string, version = Math.floor(i / 1_0
   return h;
 }
 
-/** Pipelined publishing, 4,096 in flight, in order on one connection (so stream seq = i + 1). */
+/** Pipelined publishing, in order on one connection (so stream seq = i + 1). */
 async function fill(nc: NatsConnection, subject: string, count: number, make: (i: number) => ReturnType<typeof headers>): Promise<void> {
-  const publisher = new JetStreamPublisher(nc, 30_000);
-  let sent = 0;
-  let done = 0;
-  await new Promise<void>((resolve, reject) => {
-    const pump = () => {
-      while (sent < count && sent - done < 4_096) {
-        const i = sent++;
-        publisher.publish(`${subject}.${i % 16}`, payload, make(i), (err) => {
-          if (err) return reject(err);
-          if (++done === count) resolve();
-          else if (done % 1_024 === 0) setImmediate(pump);
-        });
-      }
-    };
-    pump();
-  });
-  publisher.close();
+  await fillStream(nc, subject, count, { payload, headers: make, timeoutMs: 30_000 });
 }
 
 test("50,000 messages a side: exact counts of missing, duplicated, backwards and in-flight", async (t) => {
