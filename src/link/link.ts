@@ -230,7 +230,7 @@ export class Link {
         this.messages = messages;
         backoff.reset();
         this.clear("source");
-        void this.watchConsumer(messages);
+        this.watchConsumer(messages).catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "consumer status watcher ended"));
         await messages.closed();
       } catch (err) {
         if (this.abort.signal.aborted) return;
