@@ -71,23 +71,31 @@ export interface StoredMessage {
   headers: Record<string, string>;
 }
 
-/** Every message in a stream, in stream order (direct get by sequence; fine for test-sized streams). */
-export async function readStream(nc: NatsConnection, stream: string): Promise<StoredMessage[]> {
+/**
+ * Every message in a stream, in stream order, up to the last sequence it held when called. Ends on the
+ * stream's last sequence, not on the consumer's `pending` (which can read 0 early around a leader change).
+ */
+export async function readStream(nc: NatsConnection, stream: string, timeoutMs = 30_000): Promise<StoredMessage[]> {
   const js = jetstream(nc);
   const jsm = await jetstreamManager(nc);
   const info = await jsm.streams.info(stream);
-  const total = info.state.messages;
-  if (total === 0) return [];
+  if (info.state.messages === 0) return [];
+  const lastSeq = info.state.last_seq;
   const consumer = await js.consumers.get(stream); // ordered consumer
   const out: StoredMessage[] = [];
   const iter = await consumer.consume({ max_messages: 1_000 });
-  for await (const m of iter) {
-    const headers: Record<string, string> = {};
-    if (m.headers) for (const [k, v] of m.headers) headers[k] = v.join(",");
-    out.push({ seq: m.seq, subject: m.subject, data: m.string(), headers });
-    if (m.info.pending === 0) break;
+  const timer = setTimeout(() => iter.stop(), timeoutMs);
+  try {
+    for await (const m of iter) {
+      const headers: Record<string, string> = {};
+      if (m.headers) for (const [k, v] of m.headers) headers[k] = v.join(",");
+      out.push({ seq: m.seq, subject: m.subject, data: m.string(), headers });
+      if (m.seq >= lastSeq) break;
+    }
+  } finally {
+    clearTimeout(timer);
+    await iter.close();
   }
-  await iter.close();
   return out;
 }
 
