@@ -5,9 +5,9 @@
  * promtool comes from Debian's `prometheus` package; CI installs it. Without it these tests fail
  * (they do not skip): a rule file nobody evaluated is not a tested rule file.
  */
+import { promtool } from "../helpers/promtool.js";
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -59,36 +59,21 @@ function readYaml<T>(rel: string): T {
   return parse(readFileSync(join(ROOT, rel), "utf8")) as T;
 }
 
-function promtool(args: string[]): string {
-  const r = spawnSync("promtool", args, { cwd: ROOT, encoding: "utf8", timeout: 300_000 });
-  if (r.error) {
-    const missing = (r.error as NodeJS.ErrnoException).code === "ENOENT";
-    assert.fail(
-      missing
-        ? "promtool is not on PATH: install Debian's prometheus package (apt-get install prometheus), which ships promtool"
-        : `promtool ${args.join(" ")} could not run: ${r.error.message}`,
-    );
-  }
-  const output = `${r.stdout}${r.stderr}`;
-  assert.equal(r.status, 0, `promtool ${args.join(" ")} failed (exit ${r.status}):\n${output}`);
-  return output;
-}
-
 const groups = (): RuleGroup[] => readYaml<{ groups: RuleGroup[] }>(ALERTS).groups;
 const alerts = (): Rule[] => groups().flatMap((g) => g.rules.filter((r) => r.alert !== undefined));
 
 test("promtool check rules accepts alerts.yml", () => {
-  const out = promtool(["check", "rules", ALERTS]);
+  const out = promtool(["check", "rules", ALERTS], ROOT);
   assert.match(out, /SUCCESS/);
 });
 
 test("promtool test rules: every case in alerts.test.yml passes", () => {
-  const out = promtool(["test", "rules", ALERT_TESTS]);
+  const out = promtool(["test", "rules", ALERT_TESTS], ROOT);
   assert.match(out, /SUCCESS/);
 });
 
 test("promtool check config accepts the example prometheus.yml, which scrapes job jetstream-relay", () => {
-  promtool(["check", "config", PROMETHEUS_CONFIG]);
+  promtool(["check", "config", PROMETHEUS_CONFIG], ROOT);
   const config = readYaml<{ rule_files: string[]; scrape_configs: { job_name: string }[] }>(
     PROMETHEUS_CONFIG,
   );

@@ -4,9 +4,9 @@
  * not on an operator's empty panel. Dashboard queries are also parsed by promtool (CI installs
  * Debian's prometheus package; without promtool that test fails).
  */
+import { promtool } from "../helpers/promtool.js";
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -148,21 +148,6 @@ function withoutGrafanaVariables(expr: string): string {
     .replace(/\$__rate_interval|\$__interval|\$__range/g, "5m")
     .replace(/\$\{?link\}?/g, ".*")
     .replace(/\$\{?DS_PROMETHEUS\}?/g, "prometheus");
-}
-
-function promtool(args: string[], cwd: string): string {
-  const r = spawnSync("promtool", args, { cwd, encoding: "utf8", timeout: 120_000 });
-  if (r.error) {
-    const missing = (r.error as NodeJS.ErrnoException).code === "ENOENT";
-    assert.fail(
-      missing
-        ? "promtool is not on PATH: install Debian's prometheus package (apt-get install prometheus), which ships promtool"
-        : `promtool ${args.join(" ")} could not run: ${r.error.message}`,
-    );
-  }
-  const output = `${r.stdout}${r.stderr}`;
-  assert.equal(r.status, 0, `promtool ${args.join(" ")} failed (exit ${r.status}):\n${output}`);
-  return output;
 }
 
 test("metricNames finds metrics and only metrics", () => {

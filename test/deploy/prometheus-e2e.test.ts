@@ -11,11 +11,10 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parse } from "yaml";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { publishMany } from "../helpers/streams.js";
 import { REPO_ROOT, startRelay } from "../helpers/relays.js";
-import { linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
 import { requirePrometheus, startPrometheus } from "../helpers/prometheus.js";
 import type { Prometheus } from "../helpers/prometheus.js";
 
@@ -61,14 +60,7 @@ test(
     const { ratio, threshold } = correctionRule();
     assert.ok(threshold > 0 && threshold < 0.1, `threshold ${threshold} is a plausible ratio`);
 
-    const servers = withServers(t);
-    const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-    const src = uniqueName("SRC");
-    const dst = uniqueName("DST");
-    const nca = await connectTo(t, a.url);
-    const ncb = await connectTo(t, b.url);
-    await createStream(nca, { name: src, subjects: [`${src}.>`] });
-    await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+    const { a, b, src, dst, nca, ncb } = await twoRegions(t);
     const { url } = await startRelay(
       t,
       linkYaml({

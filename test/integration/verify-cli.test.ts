@@ -2,11 +2,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { VerifyReport } from "../../src/verify/report.js";
-import { withServers } from "../helpers/servers.js";
-import { uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany } from "../helpers/streams.js";
+import { publishMany } from "../helpers/streams.js";
 import { RelayProcess, writeConfig } from "../helpers/relays.js";
-import { linkYaml } from "../helpers/scenario.js";
+import { linkYaml, twoRegions } from "../helpers/scenario.js";
 
 
 async function cli(args: readonly string[]) {
@@ -17,14 +15,7 @@ async function cli(args: readonly string[]) {
 test(
   "the CLI as a user runs it: exit 0 when the sides agree, 1 when they differ, 2 for usage errors",
   async (t) => {
-    const servers = withServers(t);
-    const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-    const src = uniqueName("SRC");
-    const dst = uniqueName("DST");
-    const nca = await connectTo(t, a.url);
-    const ncb = await connectTo(t, b.url);
-    await createStream(nca, { name: src, subjects: [`${src}.>`] });
-    await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+    const { a, b, src, dst, nca, ncb } = await twoRegions(t);
     const config = await writeConfig(linkYaml({
       regions: { a: [a.url], b: [b.url] },
       links: [

@@ -6,11 +6,10 @@ import { headers } from "@nats-io/nats-core";
 import { verifyCommand } from "../../src/cli/verify-command.js";
 import { fillStream } from "../helpers/fill.js";
 import type { VerifyReport } from "../../src/verify/report.js";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, streamCount } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { streamCount } from "../helpers/streams.js";
 import { writeConfig } from "../helpers/relays.js";
-import { linkYaml } from "../helpers/scenario.js";
+import { linkYaml, twoRegions } from "../helpers/scenario.js";
 
 const COUNT = 50_000;
 const IN_FLIGHT = 100; // the last source messages have no copy yet
@@ -36,14 +35,7 @@ async function fill(nc: NatsConnection, subject: string, count: number, make: (i
 }
 
 test("50,000 messages a side: exact counts of missing, duplicated, backwards and in-flight", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`], duplicateWindowMs: 1_000 });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t, { dstDuplicateWindowMs: 1_000 });
   const config = await writeConfig(linkYaml({
     regions: { a: [a.url], b: [b.url] },
     links: [{
