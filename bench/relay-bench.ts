@@ -5,12 +5,17 @@
  *   raw JetStream publish ceiling (pipelined publish + PubAck parse)  = what filling a stream costs
  *   relay, broker dedup only                                           = msgs/s and peak RSS
  *   relay with the Redis guard                                         = msgs/s and peak RSS
+ * and, for context, what the NATS client alone does on this machine in one process:
+ *   consume + ack each message (no publishing)                         = the source side's ceiling
+ *   one process doing both sides: 1 / (1/consume + 1/publish)          = the client's bound for a relay
  * The relays run with the default link settings (batchSize 500, inFlight 1024), compiled (dist/).
+ * Each relay variant runs BENCH_REPEAT times (default 3), alternating, on fresh servers: the table
+ * shows the median rate and the highest peak RSS of its runs (a shared machine is noisy).
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { AckPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { headers, nanos } from "@nats-io/nats-core";
 import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
@@ -19,6 +24,7 @@ import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
+const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
 const SIZE = 512;
 const payload = new Uint8Array(SIZE).fill(120);
 
@@ -27,6 +33,8 @@ interface Result {
   msgsPerSec: number;
   seconds: number;
   peakRssMb?: number;
+  /** Every run's rate, when the figure is a median. */
+  runs?: number[];
 }
 
 async function addStream(nc: NatsConnection, name: string, subjects: string[], extra: Record<string, unknown> = {}) {
@@ -83,6 +91,45 @@ async function nativeSourcing(servers: LocalBackend): Promise<Result> {
   return { name: "native JetStream sourcing", msgsPerSec: COUNT / seconds, seconds };
 }
 
+/** Consumes a backlog with the client's consume() and acks every message: the source side alone. */
+async function consumeAndAck(servers: LocalBackend): Promise<Result> {
+  const a = await servers.startNats();
+  const nc = await connect({ servers: a.url });
+  await addStream(nc, "SRC", ["src.>"]);
+  await fill(nc, "src", COUNT, "k");
+  const jsm = await jetstreamManager(nc);
+  await jsm.consumers.add("SRC", { durable_name: "ceiling", ack_policy: AckPolicy.Explicit, max_ack_pending: 1024 });
+  const consumer = await jetstream(nc).consumers.get("SRC", "ceiling");
+  const started = performance.now();
+  let seen = 0;
+  const done = new Promise<void>((resolve) => {
+    void consumer.consume({
+      max_messages: 500,
+      callback: (m) => {
+        m.ack();
+        if (++seen === COUNT) resolve();
+      },
+    });
+  });
+  await done;
+  const seconds = (performance.now() - started) / 1000;
+  await nc.close();
+  return { name: "client: consume + ack alone", msgsPerSec: COUNT / seconds, seconds };
+}
+
+/** Runs each variant `REPEAT` times, alternating; the median rate and the highest peak RSS. */
+async function repeated(variants: [string, () => Promise<Result>][]): Promise<Result[]> {
+  const runs = new Map<string, Result[]>(variants.map(([name]) => [name, []]));
+  for (let i = 0; i < REPEAT; i++) for (const [name, run] of variants) runs.get(name)?.push(await run());
+  return variants.map(([name]) => {
+    const rs = runs.get(name) ?? [];
+    const sorted = [...rs].sort((x, y) => x.msgsPerSec - y.msgsPerSec);
+    const median = sorted[Math.floor(sorted.length / 2)] ?? { msgsPerSec: 0, seconds: 0 };
+    const rss = rs.map((r) => r.peakRssMb ?? 0);
+    return { name, msgsPerSec: median.msgsPerSec, seconds: median.seconds, peakRssMb: Math.max(...rss), runs: rs.map((r) => r.msgsPerSec) };
+  });
+}
+
 async function relay(servers: LocalBackend, name: string, guardYaml: string): Promise<Result> {
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
   const nca = await connect({ servers: a.url });
@@ -126,12 +173,19 @@ async function main(): Promise<void> {
     await addStream(ncf, "FILL", ["fill.>"]);
     const ceiling = await fill(ncf, "fill", COUNT, "c");
     await ncf.close();
+    const consume = await consumeAndAck(servers);
+    const bound = 1 / (1 / consume.msgsPerSec + 1 / ceiling);
     const redis = await servers.startRedis({ appendonly: true });
+    const guardYaml = `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`;
     const results: Result[] = [
       native,
       { name: "raw JetStream publish ceiling", msgsPerSec: ceiling, seconds: COUNT / ceiling },
-      await relay(servers, "relay (broker dedup only)", ""),
-      await relay(servers, "relay + Redis guard", `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`),
+      consume,
+      { name: "client: both sides in one process", msgsPerSec: bound, seconds: COUNT / bound },
+      ...(await repeated([
+        ["relay (broker dedup only)", () => relay(servers, "relay (broker dedup only)", "")],
+        ["relay + Redis guard", () => relay(servers, "relay + Redis guard", guardYaml)],
+      ])),
     ];
     const base = native.msgsPerSec;
     console.log(`${"".padEnd(34)}${"msgs/s".padStart(10)}${"seconds".padStart(10)}${"vs native".padStart(11)}${"peak RSS".padStart(11)}`);
@@ -141,8 +195,10 @@ async function main(): Promise<void> {
           `${(r.msgsPerSec / base).toFixed(2).padStart(10)}x${(r.peakRssMb ? `${r.peakRssMb.toFixed(0)} MB` : "-").padStart(11)}`,
       );
     }
-    const [unguarded, guarded] = [results[2], results[3]];
-    if (unguarded && guarded) console.log(`\nguarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
+    const [unguarded, guarded] = [results[4], results[5]];
+    console.log(`\nrelay runs (msgs/s): ${results.filter((r) => r.runs).map((r) => `${r.name}: ${r.runs?.map((x) => Math.round(x)).join(", ")}`).join("; ")}`);
+    if (unguarded) console.log(`relay / client bound for one process: ${(unguarded.msgsPerSec / bound).toFixed(2)}x`);
+    if (unguarded && guarded) console.log(`guarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
   } finally {
     await servers.cleanup();
   }

@@ -27,6 +27,8 @@ export const ErrorCodes = {
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /** The guard's Redis does not persist versions and `guard.strict` is set. */
   GUARD_NOT_DURABLE: "GUARD_NOT_DURABLE",
+  /** The guard's Redis is older than the guard needs (6.2: `SET ... GET`). */
+  GUARD_UNSUPPORTED: "GUARD_UNSUPPORTED",
   /** A message lacks, or carries a malformed, entity/version the link requires. */
   BAD_MESSAGE: "BAD_MESSAGE",
   /** Source retention deleted messages the link had not relayed, and the link's policy is `halt`. */

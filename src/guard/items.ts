@@ -17,10 +17,18 @@ export function versionOf(item: GuardItem): { entity: string; version: number } 
   return { entity: item.entity, version: item.version };
 }
 
+/**
+ * Every item has an id, and neither id nor entity holds a line break (the Redis guard packs a batch
+ * into one "\n"-separated argument; ids and entities come from header values and subject tokens,
+ * which cannot hold one, so this only catches a caller's bug).
+ */
 export function checkIds(items: readonly GuardItem[]): void {
   for (const item of items) {
     if (typeof item.id !== "string" || item.id.length === 0) {
       throw new RelayError(ErrorCodes.BAD_MESSAGE, "guard: message without an id");
+    }
+    if (item.id.includes("\n") || item.entity?.includes("\n")) {
+      throw new RelayError(ErrorCodes.BAD_MESSAGE, `guard: message ${JSON.stringify(item.id)} has a line break in its id or entity`);
     }
   }
 }

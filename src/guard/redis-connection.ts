@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { Cluster, Redis } from "ioredis";
 import type { ClusterOptions, RedisOptions } from "ioredis";
 import type { RedisGuardConnection, TlsConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
 
 /**
  * Builds the guard's ioredis client for each kind of deployment (standalone URL, Sentinel, Cluster)
@@ -245,4 +246,43 @@ export async function checkPersistence(client: GuardRedisClient): Promise<Persis
     reports.find((r) => r.persistence === "unknown") ??
     reports[0] ?? { persistence: "unknown", reason: "no master node" }
   );
+}
+
+/** The oldest Redis the guard's scripts run on: the commit script uses `SET ... GET` (6.2). */
+export const MIN_REDIS_VERSION = [6, 2] as const;
+
+/** Whether a `redis_version` (x.y.z) is at least MIN_REDIS_VERSION. */
+export function supportsGuard(version: string): boolean {
+  const [major = 0, minor = 0] = version.split(".").map(Number);
+  const [needMajor, needMinor] = MIN_REDIS_VERSION;
+  return major > needMajor || (major === needMajor && minor >= needMinor);
+}
+
+/**
+ * The `redis_version` of every master, compared with MIN_REDIS_VERSION. Returns the versions seen;
+ * throws GUARD_UNSUPPORTED naming the first one that is too old. A server that hides INFO passes
+ * (its version cannot be known; a script error would then name the problem).
+ */
+export async function checkRedisVersion(client: GuardRedisClient, target: string): Promise<string[]> {
+  const nodes: Redis[] = client instanceof Cluster ? client.nodes("master") : [client];
+  const versions: string[] = [];
+  for (const node of nodes) {
+    let info: string;
+    try {
+      info = String(await node.call("INFO", "server"));
+    } catch (err) {
+      if ((err as Error | null)?.name !== "ReplyError") throw err;
+      continue;
+    }
+    const version = /^redis_version:([\d.]+)/m.exec(info)?.[1];
+    if (!version) continue;
+    versions.push(version);
+    if (!supportsGuard(version)) {
+      throw new RelayError(
+        ErrorCodes.GUARD_UNSUPPORTED,
+        `${target}: Redis ${version} is too old for the guard (it needs ${MIN_REDIS_VERSION.join(".")} or later)`,
+      );
+    }
+  }
+  return versions;
 }

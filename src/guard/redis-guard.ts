@@ -2,11 +2,12 @@ import type { Logger } from "pino";
 import type { GuardConfig, RedisGuardConnection } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
-import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
+import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, FIELD_SEPARATOR, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
 import {
   DEFAULT_REDIS_TUNING,
   checkPersistence,
+  checkRedisVersion,
   connectClient,
   createRedisClient,
   describeRedis,
@@ -18,9 +19,9 @@ import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "./types.js";
 
 /** The scripts as ioredis commands (defineCommand without numberOfKeys: numkeys goes first). */
 interface ScriptCommands {
-  relayGuardClaim(numKeys: number, ...args: string[]): Promise<unknown>;
-  relayGuardCommit(numKeys: number, ...args: string[]): Promise<unknown>;
-  relayGuardRelease(numKeys: number, ...args: string[]): Promise<unknown>;
+  relayGuardClaim(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
+  relayGuardCommit(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
+  relayGuardRelease(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
 }
 
 export interface RedisGuardDeps {
@@ -76,8 +77,13 @@ export class RedisGuard implements Guard {
     }
     let report;
     try {
+      await checkRedisVersion(client, this.target);
       report = await checkPersistence(client);
     } catch (err) {
+      if (err instanceof RelayError && err.code === ErrorCodes.GUARD_UNSUPPORTED) {
+        this.stopping = true; // not retryable: do not leave a client reconnecting behind it
+        client.disconnect();
+      }
       throw this.unavailable("persistence check", err);
     }
     this.persisted = report.persistence;
@@ -110,21 +116,21 @@ export class RedisGuard implements Guard {
     if (items.length === 0) return [];
     checkIds(items);
     const token = retryToken ?? this.nextToken();
-    const { keys, versions } = this.encode(items);
-    const argv = [claimValue(token), String(this.config.claimTtlMs), String(items.length)];
-    argv.push(...versions.flat());
-    const reply = await this.run("claim", (c) => c.relayGuardClaim(keys.length, ...keys, ...argv));
-    const flat = reply as (string | null)[];
+    let packed = "";
+    for (const item of items) packed += `${item.id}\n${versionField(item)}\n`;
+    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed];
+    const reply = await this.run("claim", (c) => c.relayGuardClaim(1, this.keys.prefix, ...args));
+    const [codes, against] = reply as [string, string];
+    const stored = against === "" ? undefined : against.split(FIELD_SEPARATOR);
     return items.map((_, i) => {
-      const code = flat[2 * i];
-      const decision = DECISION_CODES[code ?? ""];
+      const decision = DECISION_CODES[codes[i] ?? ""];
       if (!decision)
-        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${code} for item ${i}`);
-      const against = flat[2 * i + 1];
+        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
+      const version = stored?.[i];
       return {
         decision,
         ...(decision === "relay" ? { token } : {}),
-        ...(typeof against === "string" ? { storedVersion: Number(against) } : {}),
+        ...(version ? { storedVersion: Number(version) } : {}),
       };
     });
   }
@@ -132,10 +138,10 @@ export class RedisGuard implements Guard {
   async commit(items: readonly ClaimedItem[]): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
-    const { keys, versions } = this.encode(items);
-    const argv = [String(this.config.idTtlMs), String(items.length)];
-    items.forEach((item, i) => argv.push(claimValue(item.token), ...(versions[i] ?? ["0", ""])));
-    const reply = await this.run("commit", (c) => c.relayGuardCommit(keys.length, ...keys, ...argv));
+    let packed = "";
+    for (const item of items) packed += `${claimValue(item.token)}\n${item.id}\n${versionField(item)}\n`;
+    const args = [String(this.config.idTtlMs), String(items.length), packed];
+    const reply = await this.run("commit", (c) => c.relayGuardCommit(1, this.keys.prefix, ...args));
     const lost = Array.isArray(reply) ? Number(reply[0]) : 0;
     if (lost > 0) {
       // Published after the claim expired: another relay may have published it too (the broker's
@@ -146,9 +152,10 @@ export class RedisGuard implements Guard {
 
   async release(items: readonly ClaimedItem[]): Promise<void> {
     if (items.length === 0) return;
-    const keys = items.map((item) => this.keys.id(item.id));
-    const argv = items.map((item) => claimValue(item.token));
-    await this.run("release", (c) => c.relayGuardRelease(keys.length, ...keys, ...argv));
+    checkIds(items);
+    let packed = "";
+    for (const item of items) packed += `${claimValue(item.token)}\n${item.id}\n`;
+    await this.run("release", (c) => c.relayGuardRelease(1, this.keys.prefix, String(items.length), packed));
   }
 
   async stop(): Promise<void> {
@@ -202,26 +209,6 @@ export class RedisGuard implements Guard {
     return this.client;
   }
 
-  /**
-   * KEYS for a script: the id keys in input order, then one version key per distinct entity.
-   * `versions[i]` is item i's [1-based KEYS index of its version key, version], or ["0", ""].
-   */
-  private encode(items: readonly GuardItem[]): { keys: string[]; versions: [string, string][] } {
-    const keys = items.map((item) => this.keys.id(item.id));
-    const index = new Map<string, number>();
-    const versions = items.map((item): [string, string] => {
-      const v = versionOf(item);
-      if (!v) return ["0", ""];
-      let slot = index.get(v.entity);
-      if (slot === undefined) {
-        slot = keys.push(this.keys.version(v.entity));
-        index.set(v.entity, slot);
-      }
-      return [String(slot), String(v.version)];
-    });
-    return { keys, versions };
-  }
-
   private async run(
     op: string,
     call: (c: GuardRedisClient & ScriptCommands) => Promise<unknown>,
@@ -246,4 +233,10 @@ export class RedisGuard implements Guard {
       cause,
     });
   }
+}
+
+/** `<entity>\n<version>` of an item for the packed batch, or "\n" when versions do not apply to it. */
+function versionField(item: GuardItem): string {
+  const v = versionOf(item);
+  return v ? `${v.entity}\n${v.version}` : "\n";
 }

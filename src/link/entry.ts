@@ -1,5 +1,6 @@
 import { HeaderBlock } from "../nats/header-block.js";
-import type { JsMsg } from "@nats-io/jetstream";
+import type { Delivery } from "../nats/delivery.js";
+import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
 import type { NanosFormatter } from "./headers.js";
@@ -15,8 +16,8 @@ export type EntryState = "claim" | "ready" | "publishing" | "published" | "commi
 /** One source message (by stream sequence) travelling through a link's pipeline. */
 export interface Entry {
   readonly seq: number;
-  /** Every delivery of this sequence seen while it was in the pipeline: all are acked at the end. */
-  readonly deliveries: JsMsg[];
+  /** The ack subject of every delivery of this sequence seen while it was in the pipeline: all are acked at the end. */
+  readonly replies: string[];
   readonly identity: MessageIdentity;
   /** Destination subject (after transform), or the dead-letter subject. */
   subject: string;
@@ -46,11 +47,13 @@ export interface EntryContext {
   readonly time: NanosFormatter;
 }
 
-export function buildHeaders(msg: JsMsg, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
+export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
   const { link, strip } = ctx;
   const out = new HeaderBlock();
   const src = msg.headers;
-  if (src) {
+  if (src instanceof WireHeaders) {
+    out.appendLines(src.linesExcept(strip));
+  } else if (src) {
     for (const [key, values] of src) {
       const lower = key.toLowerCase();
       if (strip.has(lower)) continue;
@@ -61,8 +64,8 @@ export function buildHeaders(msg: JsMsg, identity: MessageIdentity, ctx: EntryCo
   out.append(RelayHeaders.MsgId, identity.id);
   out.append(RelayHeaders.Origin, identity.origin);
   out.append(RelayHeaders.Path, identity.path.join(","));
-  out.append(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.info.streamSequence}`);
-  out.append(RelayHeaders.SourceTime, ctx.time.format(msg.timestampNanos));
+  out.append(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.streamSequence}`);
+  out.append(RelayHeaders.SourceTime, ctx.time.formatDigits(msg.timestampNanos));
   out.append(RelayHeaders.ExpectedStream, link.to.stream);
   return out;
 }
@@ -72,15 +75,15 @@ export function stripSet(link: LinkConfig): ReadonlySet<string> {
   return new Set([...link.stripHeaders, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
 }
 
-export function newEntry(msg: JsMsg, identity: MessageIdentity, ctx: EntryContext): Entry {
+export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): Entry {
   return {
-    seq: msg.info.streamSequence,
-    deliveries: [msg],
+    seq: msg.streamSequence,
+    replies: [msg.reply],
     identity,
     subject: transformSubject(msg.subject, ctx.link),
     data: msg.data,
     headers: buildHeaders(msg, identity, ctx),
-    sourceMs: msg.info.timestampNanos / 1e6,
+    sourceMs: Number(msg.timestampNanos.slice(0, -6) || "0"),
     state: "claim",
     attempt: 0,
     publishStartedAt: 0,

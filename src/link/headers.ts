@@ -47,16 +47,22 @@ export const REWRITTEN_HEADERS: readonly string[] = [
  * called for every relayed message, so the date part is cached per second.
  */
 export class NanosFormatter {
-  private second = -1n;
+  private second = "";
   private prefix = "";
 
   format(nanos: bigint): string {
-    const second = nanos / 1_000_000_000n;
+    return this.formatDigits(nanos.toString());
+  }
+
+  /** The same from the decimal digits of the nanoseconds, as a JetStream ack subject carries them. */
+  formatDigits(nanos: string): string {
+    const digits = nanos.padStart(10, "0");
+    const second = digits.slice(0, -9);
     if (second !== this.second) {
       this.prefix = new Date(Number(second) * 1000).toISOString().slice(0, 19); // 2026-11-30T00:00:00
       this.second = second;
     }
-    return `${this.prefix}.${(nanos % 1_000_000_000n).toString().padStart(9, "0")}Z`;
+    return `${this.prefix}.${digits.slice(-9)}Z`;
   }
 }
 

@@ -1,4 +1,3 @@
-import type { MsgHdrs } from "@nats-io/nats-core";
 import type { FieldSource, LinkConfig } from "../config/types.js";
 import { RelayHeaders } from "./headers.js";
 
@@ -20,7 +19,8 @@ export type IdentityResult =
 
 export interface SourceMessage {
   readonly subject: string;
-  readonly headers: MsgHdrs | undefined;
+  /** Only `get` is read (exact key, first value, "" when absent): MsgHdrs or WireHeaders. */
+  readonly headers: { get(key: string): string } | undefined;
   readonly streamSequence: number;
 }
 

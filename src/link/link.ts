@@ -6,8 +6,10 @@ import type { LinkConfig, RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { toDelivery } from "../nats/delivery.js";
 import { classifyJsError, ensureDurable } from "../nats/durable-consumer.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
+import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import type { BacklogReading } from "./backlog.js";
@@ -96,6 +98,7 @@ export class Link {
       link: config,
       links: deps.links,
       guard: deps.guard,
+      acks: new SourceAcks(deps.source),
       metrics: deps.metrics,
       logger: this.logger,
       events: {
@@ -244,9 +247,10 @@ export class Link {
 
   private onMessage(m: JsMsg): void {
     if (this.troubles.has("source")) this.clear("source");
-    if (m.info.streamSequence > this.highestSeen) this.highestSeen = m.info.streamSequence;
     try {
-      this.pipeline.push(m);
+      const delivery = toDelivery(m);
+      if (delivery.streamSequence > this.highestSeen) this.highestSeen = delivery.streamSequence;
+      this.pipeline.push(delivery);
     } catch (err) {
       this.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
     }

@@ -1,11 +1,12 @@
-import type { JsMsg } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { tokenSource } from "../guard/items.js";
 import type { ClaimResult, Guard } from "../guard/types.js";
 import { Backoff } from "../lifecycle/backoff.js";
+import type { Delivery } from "../nats/delivery.js";
 import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
+import type { SourceAcks } from "../nats/source-acks.js";
 import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
 import { newEntry, stripSet, toDeadLetter } from "./entry.js";
@@ -30,6 +31,8 @@ export interface PipelineDeps {
   readonly link: LinkConfig;
   readonly links: readonly LinkConfig[];
   readonly guard: Guard;
+  /** Acks and naks at the source. */
+  readonly acks: SourceAcks;
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
   readonly events: PipelineEvents;
@@ -108,12 +111,12 @@ export class Pipeline {
   }
 
   /** Takes one source delivery. `snapshot`: the resync id, when it comes from a resync pass. */
-  push(msg: JsMsg, snapshot?: string): void {
+  push(msg: Delivery, snapshot?: string): void {
     if (this.halted) return; // left unacked: redelivered when the link runs again
-    const seq = msg.info.streamSequence;
+    const seq = msg.streamSequence;
     const known = this.bySeq.get(seq);
     if (known) {
-      known.deliveries.push(msg); // a redelivery while we still hold it: ack both when done
+      known.replies.push(msg.reply); // a redelivery while we still hold it: ack both when done
       return;
     }
     const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link);
@@ -124,7 +127,7 @@ export class Pipeline {
     const decision = route(result.identity, this.deps.link, this.directRoutes);
     if (!decision.forward) {
       this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
-      msg.ack();
+      this.deps.acks.ack(msg.reply);
       this.count("loop");
       return;
     }
@@ -171,16 +174,16 @@ export class Pipeline {
     this.schedule();
   }
 
-  private badMessage(msg: JsMsg, id: string, reason: string): void {
+  private badMessage(msg: Delivery, id: string, reason: string): void {
     const policy = this.deps.link.badMessage;
-    const err = new RelayError(ErrorCodes.BAD_MESSAGE, `link ${this.deps.link.name}: message ${id} (source seq ${msg.info.streamSequence}): ${reason}`);
+    const err = new RelayError(ErrorCodes.BAD_MESSAGE, `link ${this.deps.link.name}: message ${id} (source seq ${msg.streamSequence}): ${reason}`);
     this.deps.metrics.errors.inc({ ...this.label, code: err.code });
     if (policy.action === "halt") {
       this.halted = true;
       this.deps.events.halt(err);
       return;
     }
-    this.deps.logger.warn({ id, seq: msg.info.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
+    this.deps.logger.warn({ id, seq: msg.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
     const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.entryContext);
     toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
     this.append(entry);
@@ -281,7 +284,7 @@ export class Pipeline {
         return;
       case "in-flight":
         // Another relay holds the claim: leave it to that relay, look again after its claim could expire.
-        for (const d of entry.deliveries) d.nak(this.deps.link.ackWaitMs);
+        for (const reply of entry.replies) this.deps.acks.nak(reply, this.deps.link.ackWaitMs);
         this.remove(entry);
         return;
     }
@@ -400,7 +403,7 @@ export class Pipeline {
   }
 
   private finish(entry: Entry, outcome: MessageOutcome): void {
-    for (const d of entry.deliveries) d.ack();
+    for (const reply of entry.replies) this.deps.acks.ack(reply);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
       this.uncommittedVersions.delete(entity); // committed (or stale): the guard knows it now

@@ -1,7 +1,9 @@
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
-import type { JetStreamManager, JsMsg } from "@nats-io/jetstream";
+import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { LinkConfig } from "../config/types.js";
+import type { Delivery } from "../nats/delivery.js";
+import { toDelivery } from "../nats/delivery.js";
 import { durableConfig } from "../nats/durable-consumer.js";
 
 export type ResyncReason = "gap" | "max_replay_age";
@@ -12,7 +14,7 @@ export interface ResyncDeps {
   readonly jsm: JetStreamManager;
   readonly domain?: string;
   /** Feeds one snapshot message into the pipeline. */
-  readonly push: (msg: JsMsg, snapshotId: string) => void;
+  readonly push: (msg: Delivery, snapshotId: string) => void;
   /** Resolves when the pipeline has relayed (or suppressed) everything pushed so far. */
   readonly drained: () => Promise<void>;
   readonly signal: AbortSignal;
@@ -50,10 +52,11 @@ export async function runResync(deps: ResyncDeps, reason: ResyncReason): Promise
     try {
       for await (const m of iter) {
         if (deps.signal.aborted) break;
-        if (m.info.streamSequence > snapshotSeq) break; // newer than the snapshot point: live traffic
-        deps.push(m, id);
+        const d = toDelivery(m);
+        if (d.streamSequence > snapshotSeq) break; // newer than the snapshot point: live traffic
+        deps.push(d, id);
         messages++;
-        remaining = m.info.pending;
+        remaining = d.pending;
         if (remaining === 0) break;
       }
     } finally {

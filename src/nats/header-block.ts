@@ -20,6 +20,17 @@ export class HeaderBlock {
     return this;
   }
 
+  /**
+   * Appends header lines already in wire form (`Key: value\r\n` each), as read from another block:
+   * the source's own header block, whose lines the server accepted.
+   */
+  appendLines(lines: string): this {
+    if (lines === "") return this;
+    this.text += lines;
+    this.bytes = undefined;
+    return this;
+  }
+
   /** Replaces every value of `key` (case-insensitive) with one. */
   set(key: string, value: string): this {
     this.delete(key);

@@ -6,7 +6,7 @@ import { directRoutesFor, identify, route } from "../link/identity.js";
 import { Column, HashedKeyTable } from "./hash-table.js";
 import type { BackwardsExample, VerifyReport } from "./report.js";
 import type { ReadResult } from "./stream-reader.js";
-import { headersOf } from "./wire-headers.js";
+import { headersOf } from "../nats/wire-headers.js";
 import type { VerifyOptions } from "./verify.js";
 
 const FROM_LINK = 1; // some copy's Relay-Source names this link's source stream

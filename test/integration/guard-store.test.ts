@@ -205,6 +205,28 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       ]);
     });
 
+    test("ids and entities with spaces, colons, braces, tabs and non-ASCII keep their keys; a line break is refused", async () => {
+      const s = makeSpace();
+      const g = await s.guard();
+      const odd: GuardItem[] = [
+        { id: "a b:{c}" },
+        v("tab\tid", 3, "entité {x}"),
+        { id: "ünïcødé-✓" },
+        { id: "plain" },
+      ];
+      const rs = await g.claim(odd);
+      assert.deepEqual(decisions(rs), ["relay", "relay", "relay", "relay"]);
+      for (const item of odd) assert.equal(await s.raw(s.keys.id(item.id)), `c:${rs[0]?.token}`, item.id);
+      await g.commit(claimed(odd, rs));
+      assert.equal(await s.raw(s.keys.version("entité {x}")), "3");
+      const again = await g.claim([v("tab\tid-2", 2, "entité {x}"), { id: "a b:{c}" }]);
+      assert.deepEqual(decisions(again), ["stale", "duplicate"]);
+      assert.equal(again[0]?.storedVersion, 3, "the stored version compared against comes back");
+      assert.equal(again[1]?.storedVersion, undefined);
+      await assert.rejects(g.claim([{ id: "line\nbreak" }]), { code: "BAD_MESSAGE" });
+      await assert.rejects(g.claim([{ id: "ok", entity: "E\n", version: 1 }]), { code: "BAD_MESSAGE" });
+    });
+
     test("items without entity or version skip the version check", async () => {
       const s = makeSpace();
       const g = await s.guard();

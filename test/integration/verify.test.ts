@@ -11,7 +11,7 @@ import { parseSince } from "../../src/verify/since.js";
 import { sourceSubject } from "../../src/verify/verify.js";
 import { HashedKeyTable } from "../../src/verify/hash-table.js";
 import { readStream } from "../../src/verify/stream-reader.js";
-import { fastHeadersAvailable, headersOf } from "../../src/verify/wire-headers.js";
+import { fastHeadersAvailable, headersOf } from "../../src/nats/wire-headers.js";
 import { withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
 import { check, uniqueName } from "../helpers/check.js";

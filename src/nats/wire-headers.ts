@@ -31,6 +31,23 @@ export class WireHeaders {
     return this.text.slice(start, end < 0 ? undefined : end).trim();
   }
 
+  /**
+   * The header lines, as on the wire (`Key: value\r\n` each), whose lower-cased key is not in `skip`:
+   * the relay copies a source message's headers this way, without decoding them.
+   */
+  linesExcept(skip: ReadonlySet<string>): string {
+    const text = this.text;
+    let out = "";
+    let pos = text.indexOf("\r\n") + 2; // past the status line, NATS/1.0
+    for (;;) {
+      const end = text.indexOf("\r\n", pos);
+      if (end <= pos) return out; // the empty line that ends the block (or a truncated block)
+      const colon = text.indexOf(":", pos);
+      if (colon > pos && colon < end && !skip.has(text.slice(pos, colon).trim().toLowerCase())) out += text.slice(pos, end + 2);
+      pos = end + 2;
+    }
+  }
+
   /** identify() and the verifier only ever call `get`. */
   asMsgHdrs(): MsgHdrs {
     return this as unknown as MsgHdrs;
@@ -51,9 +68,15 @@ export function fastHeadersAvailable(m: JsMsg): boolean {
   return rawHeaderBlock(m) !== undefined;
 }
 
-/** The headers of `m` for reading: WireHeaders when the raw block is reachable, else the client's MsgHdrs. */
-export function headersOf(m: JsMsg): MsgHdrs | undefined {
+/** The headers of `m`: WireHeaders when the raw block is reachable, else the client's MsgHdrs. */
+export function wireHeadersOf(m: JsMsg): WireHeaders | MsgHdrs | undefined {
   const block = rawHeaderBlock(m);
   if (block === undefined) return m.headers;
-  return block === null ? undefined : new WireHeaders(decoder.decode(block)).asMsgHdrs();
+  return block === null ? undefined : new WireHeaders(decoder.decode(block));
+}
+
+/** The headers of `m` for reading (`get` only). */
+export function headersOf(m: JsMsg): MsgHdrs | undefined {
+  const h = wireHeadersOf(m);
+  return h instanceof WireHeaders ? h.asMsgHdrs() : h;
 }

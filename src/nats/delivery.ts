@@ -1,0 +1,57 @@
+import type { JsMsg } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/nats-core";
+import type { WireHeaders } from "./wire-headers.js";
+import { wireHeadersOf } from "./wire-headers.js";
+
+/**
+ * What the relay keeps of one JetStream delivery, read once from the client's message. The payload is
+ * copied: the client hands out views into the socket buffer it read, and one 512-byte message held
+ * until its PubAck would otherwise keep a whole 64 KiB read buffer alive (a thousand in flight cost
+ * tens of megabytes of RSS). Only the ack subject is kept for the ack.
+ */
+export interface Delivery {
+  readonly subject: string;
+  /** The ack subject (`$JS.ACK....`): what an ack or nak is published to. */
+  readonly reply: string;
+  readonly streamSequence: number;
+  readonly deliveryCount: number;
+  /** Messages left for the consumer after this one, as the server counted at delivery. */
+  readonly pending: number;
+  /** Publish time at the source: Unix nanoseconds, exactly as the server wrote them (digits). */
+  readonly timestampNanos: string;
+  readonly headers: WireHeaders | MsgHdrs | undefined;
+  readonly data: Uint8Array;
+}
+
+/**
+ * The JetStream ack subject, in its two forms:
+ *   $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>                  (9 tokens)
+ *   $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
+ */
+export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
+  const t = reply.split(".");
+  const o = t.length === 9 ? -2 : 0;
+  if (t[0] !== "$JS" || t[1] !== "ACK" || (t.length !== 9 && t.length < 11)) {
+    throw new TypeError(`not a JetStream delivery (reply subject ${JSON.stringify(reply)})`);
+  }
+  const timestampNanos = t[9 + o] ?? "";
+  if (!/^\d+$/.test(timestampNanos)) throw new TypeError(`JetStream reply subject without a timestamp: ${JSON.stringify(reply)}`);
+  return {
+    deliveryCount: Number(t[6 + o]),
+    streamSequence: Number(t[7 + o]),
+    timestampNanos,
+    pending: Number(t[10 + o]),
+  };
+}
+
+/** `msg`: the core message under a JsMsg (public on the implementation, not on the interface). */
+export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string } }): Delivery {
+  const reply = m.msg?.reply ?? "";
+  return {
+    subject: m.subject,
+    reply,
+    ...parseAckSubject(reply),
+    headers: wireHeadersOf(m),
+    data: new Uint8Array(m.data), // a copy (see above)
+  };
+}
