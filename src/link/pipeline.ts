@@ -15,6 +15,9 @@ import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
 
+/** Claim calls, and commit calls, a link keeps in flight at once (see claimNext). */
+const GUARD_CALLS_IN_FLIGHT = 2;
+
 /** What the pipeline tells its link, so the link can change state; never throws back. */
 export interface PipelineEvents {
   /** A destination publish failed and the pipeline rolled back; it retries by itself. */
@@ -67,13 +70,14 @@ export class Pipeline {
   private publisher: JetStreamPublisher | undefined;
   private publishPos = 0; // index into entries of the next entry that may need publishing (>= head)
   private publishBlockedUntil = 0;
-  private claimInFlight = false;
-  private claimRetryToken: string | undefined;
+  private claimsInFlight = 0;
+  /** Arrival counter: a failed claim batch goes back into the claim queue in arrival order. */
+  private arrivals = 0;
   /** Per entity, the highest version this pipeline claimed and has not committed yet. */
   private readonly uncommittedVersions = new Map<string, number>();
   private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0 };
   private readonly nextToken = tokenSource();
-  private commitInFlight = false;
+  private commitsInFlight = 0;
   private guardBlockedUntil = 0;
   private pumpScheduled = false;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -169,6 +173,7 @@ export class Pipeline {
   }
 
   private append(entry: Entry): void {
+    entry.arrival = this.arrivals++;
     this.entries.push(entry);
     this.bySeq.set(entry.seq, entry);
     this.schedule();
@@ -222,36 +227,51 @@ export class Pipeline {
   }
 
   // ---- guard claim: one round trip per batch, batches in arrival order -------------------------------
+  /**
+   * Up to GUARD_CALLS_IN_FLIGHT claim calls at once: they travel on one Redis connection, so Redis
+   * runs them, and the client resolves them, in the order they were sent — the order the verdicts
+   * are applied in. A guarded message spends two round trips more in flight than an unguarded one;
+   * overlapping them keeps the ack window moving.
+   */
   private claimNext(): void {
-    if (this.claimInFlight || Date.now() < this.guardBlockedUntil) return;
-    if (this.claimQueue.length === 0) return;
-    const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
-    if (batch.length === 0) return;
-    this.claimInFlight = true;
-    // A retry after a failed call reuses its token: claims that landed are then recognised as ours.
-    const token = (this.claimRetryToken ??= this.nextToken());
+    while (this.claimsInFlight < GUARD_CALLS_IN_FLIGHT && Date.now() >= this.guardBlockedUntil && this.claimQueue.length > 0) {
+      // A batch retried after a failed call keeps that call's token (and only its entries ride with
+      // it): claims that landed although the reply was lost are then recognised as ours.
+      const retryToken = this.claimQueue[0]?.claimToken;
+      let n = 0;
+      while (n < this.claimQueue.length && n < this.deps.link.batchSize && this.claimQueue[n]?.claimToken === retryToken) n++;
+      const batch = this.claimQueue.splice(0, n).filter((e) => e.state === "claim");
+      if (batch.length > 0) this.sendClaim(batch, retryToken ?? this.nextToken());
+    }
+  }
+
+  private sendClaim(batch: Entry[], token: string): void {
+    this.claimsInFlight++;
+    for (const e of batch) e.claimToken = token;
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
     this.deps.guard
       .claim(batch.map((e) => e.identity), token)
       .then((results) => {
         end();
-        this.claimRetryToken = undefined;
         this.guardRecovered();
         batch.forEach((e, i) => this.applyClaim(e, results[i]));
       })
       .catch((err: unknown) => {
-        // Nothing was claimed that we know of: the batch goes back to the front, in order.
-        this.claimQueue = [...batch.filter((e) => e.state === "claim"), ...this.claimQueue];
+        // Nothing was claimed that we know of: the batch goes back into the queue, in arrival order
+        // (another call may have failed too), keeping its token for the retry.
+        const back = batch.filter((e) => e.state === "claim");
+        this.claimQueue = [...back, ...this.claimQueue].sort((a, b) => a.arrival - b.arrival);
         this.guardFailed(err);
       })
       .finally(() => {
-        this.claimInFlight = false;
+        this.claimsInFlight--;
         this.schedule();
       });
   }
 
   private applyClaim(entry: Entry, result: ClaimResult | undefined): void {
     if (entry.state !== "claim") return; // abandoned meanwhile
+    entry.claimToken = undefined;
     const decision = result?.decision ?? "in-flight";
     this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
     switch (decision) {
@@ -370,10 +390,15 @@ export class Pipeline {
 
   // ---- commit then ack ---------------------------------------------------------------------------------
   private commitNext(): void {
-    if (this.commitInFlight || Date.now() < this.guardBlockedUntil || this.commitQueue.length === 0) return;
-    const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
-    if (batch.length === 0) return;
-    this.commitInFlight = true;
+    while (this.commitsInFlight < GUARD_CALLS_IN_FLIGHT && Date.now() >= this.guardBlockedUntil && this.commitQueue.length > 0) {
+      const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
+      if (batch.length > 0) this.sendCommit(batch);
+    }
+  }
+
+  /** Commits in any order are equivalent: ids become done, versions advance by compare-and-set. */
+  private sendCommit(batch: Entry[]): void {
+    this.commitsInFlight++;
     for (const e of batch) e.state = "committing";
     const withTokens = batch.filter((e) => e.token !== undefined);
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
@@ -392,7 +417,7 @@ export class Pipeline {
         this.guardFailed(err);
       })
       .finally(() => {
-        this.commitInFlight = false;
+        this.commitsInFlight--;
         this.schedule();
       });
   }
