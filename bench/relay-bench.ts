@@ -35,6 +35,32 @@ interface Result {
   peakRssMb?: number;
   /** Every run's rate, when the figure is a median. */
   runs?: number[];
+  /** CPU seconds per 100,000 messages: the nats-servers (and Redis), and the relay process. */
+  serverCpu?: number;
+  relayCpu?: number;
+}
+
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+/** CPU seconds (user + system) a process has used so far; 0 once it is gone. */
+function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS; // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+/** Reads the CPU time of `pids` now; calling the result gives the seconds used since, per 100k messages. */
+function cpuMeter(pids: (number | undefined)[]): () => number {
+  const start = pids.map(cpuSeconds);
+  return () => {
+    let used = 0;
+    pids.forEach((pid, i) => (used += cpuSeconds(pid) - (start[i] ?? 0)));
+    return (used * 100_000) / COUNT;
+  };
 }
 
 async function addStream(nc: NatsConnection, name: string, subjects: string[], extra: Record<string, unknown> = {}) {
@@ -85,10 +111,12 @@ async function nativeSourcing(servers: LocalBackend): Promise<Result> {
     if ((leafz.leafnodes ?? 0) > 0) break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  const serverCpu = cpuMeter([hub.pid, leaf.pid]);
   await addStream(ncb, "DST", [], { sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
   const seconds = await timeUntilFull(ncb, "DST", COUNT);
+  const result = { name: "native JetStream sourcing", msgsPerSec: COUNT / seconds, seconds, serverCpu: serverCpu() };
   await Promise.all([nca.close(), ncb.close()]);
-  return { name: "native JetStream sourcing", msgsPerSec: COUNT / seconds, seconds };
+  return result;
 }
 
 /** Consumes a backlog with the client's consume() and acks every message: the source side alone. */
@@ -124,19 +152,22 @@ async function repeated(variants: [string, () => Promise<Result>][]): Promise<Re
   return variants.map(([name]) => {
     const rs = runs.get(name) ?? [];
     const sorted = [...rs].sort((x, y) => x.msgsPerSec - y.msgsPerSec);
-    const median = sorted[Math.floor(sorted.length / 2)] ?? { msgsPerSec: 0, seconds: 0 };
+    const median: Result = sorted[Math.floor(sorted.length / 2)] ?? { name, msgsPerSec: 0, seconds: 0 };
     const rss = rs.map((r) => r.peakRssMb ?? 0);
-    return { name, msgsPerSec: median.msgsPerSec, seconds: median.seconds, peakRssMb: Math.max(...rss), runs: rs.map((r) => r.msgsPerSec) };
+    return { ...median, name, peakRssMb: Math.max(...rss), runs: rs.map((r) => r.msgsPerSec) };
   });
 }
 
-async function relay(servers: LocalBackend, name: string, guardYaml: string): Promise<Result> {
+let relayRuns = 0;
+
+async function relay(servers: LocalBackend, name: string, guardYaml: string, redisPid?: number): Promise<Result> {
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
   const nca = await connect({ servers: a.url });
   const ncb = await connect({ servers: b.url });
   await addStream(nca, "SRC", ["src.>"]);
   await addStream(ncb, "DST", ["src.>"]);
-  await fill(nca, "src", COUNT, "r");
+  // Ids differ per run: the guard's Redis is shared by the runs and would rightly call a repeat a duplicate.
+  await fill(nca, "src", COUNT, `r${++relayRuns}`);
   const config = await writeConfig(`
 regions:
   a: { servers: ["${a.url}"] }
@@ -149,11 +180,12 @@ ${guardYaml}
 http: { listen: "127.0.0.1:0" }
 log: { level: warn }
 `);
+  const serverCpu = cpuMeter([a.pid, b.pid, redisPid]);
   const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
   try {
     const seconds = await timeUntilFull(ncb, "DST", COUNT);
     const rss = peakRssMb(proc.pid);
-    return { name, msgsPerSec: COUNT / seconds, seconds, ...(rss ? { peakRssMb: rss } : {}) };
+    return { name, msgsPerSec: COUNT / seconds, seconds, ...(rss ? { peakRssMb: rss } : {}), serverCpu: serverCpu(), relayCpu: (cpuSeconds(proc.pid) * 100_000) / COUNT };
   } finally {
     proc.signal("SIGTERM");
     await proc.exited;
@@ -184,17 +216,23 @@ async function main(): Promise<void> {
       { name: "client: both sides in one process", msgsPerSec: bound, seconds: COUNT / bound },
       ...(await repeated([
         ["relay (broker dedup only)", () => relay(servers, "relay (broker dedup only)", "")],
-        ["relay + Redis guard", () => relay(servers, "relay + Redis guard", guardYaml)],
+        ["relay + Redis guard", () => relay(servers, "relay + Redis guard", guardYaml, redis.pid)],
       ])),
     ];
     const base = native.msgsPerSec;
-    console.log(`${"".padEnd(34)}${"msgs/s".padStart(10)}${"seconds".padStart(10)}${"vs native".padStart(11)}${"peak RSS".padStart(11)}`);
+    const cpu = (v: number | undefined) => (v === undefined ? "-" : `${v.toFixed(2)} s`).padStart(13);
+    console.log(
+      `${"".padEnd(34)}${"msgs/s".padStart(10)}${"seconds".padStart(10)}${"vs native".padStart(11)}${"peak RSS".padStart(11)}` +
+        `${"server CPU".padStart(13)}${"relay CPU".padStart(13)}`,
+    );
     for (const r of results) {
       console.log(
         `${r.name.padEnd(34)}${Math.round(r.msgsPerSec).toString().padStart(10)}${r.seconds.toFixed(2).padStart(10)}` +
-          `${(r.msgsPerSec / base).toFixed(2).padStart(10)}x${(r.peakRssMb ? `${r.peakRssMb.toFixed(0)} MB` : "-").padStart(11)}`,
+          `${(r.msgsPerSec / base).toFixed(2).padStart(10)}x${(r.peakRssMb ? `${r.peakRssMb.toFixed(0)} MB` : "-").padStart(11)}` +
+          `${cpu(r.serverCpu)}${cpu(r.relayCpu)}`,
       );
     }
+    console.log("(CPU: seconds per 100,000 messages; server = the nats-servers, and Redis for the guarded relay)");
     const [unguarded, guarded] = [results[4], results[5]];
     console.log(`\nrelay runs (msgs/s): ${results.filter((r) => r.runs).map((r) => `${r.name}: ${r.runs?.map((x) => Math.round(x)).join(", ")}`).join("; ")}`);
     if (unguarded) console.log(`relay / client bound for one process: ${(unguarded.msgsPerSec / bound).toFixed(2)}x`);
