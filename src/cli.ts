@@ -1,17 +1,30 @@
 #!/usr/bin/env node
 import { ErrorCodes, isRelayError } from "./errors.js";
-import { checkCommand } from "./cli/check-command.js";
-import { demoCommand } from "./cli/demo-command.js";
-import { runCommand } from "./cli/run-command.js";
-import { statusCommand } from "./cli/status-command.js";
-import { verifyCommand } from "./cli/verify-command.js";
 
-const COMMANDS: Record<string, { summary: string; run: (argv: readonly string[]) => Promise<number> }> = {
-  run: { summary: "run the links whose destination is --region", run: runCommand },
-  check: { summary: "validate a config file and show what each region's relay runs", run: checkCommand },
-  status: { summary: "print a running relay's link status as a table", run: statusCommand },
-  verify: { summary: "compare both sides of a link by id: missing, duplicated, versions gone backwards", run: verifyCommand },
-  demo: { summary: "two local regions, traffic, an injected failure, and the numbers", run: demoCommand },
+type Command = (argv: readonly string[]) => Promise<number>;
+
+/** Each command's module is loaded when it runs: `run` does not carry what only `check` or `verify` need. */
+const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }> = {
+  run: {
+    summary: "run the links whose destination is --region",
+    load: async () => (await import("./cli/run-command.js")).runCommand,
+  },
+  check: {
+    summary: "validate a config file and show what each region's relay runs",
+    load: async () => (await import("./cli/check-command.js")).checkCommand,
+  },
+  status: {
+    summary: "print a running relay's link status as a table",
+    load: async () => (await import("./cli/status-command.js")).statusCommand,
+  },
+  verify: {
+    summary: "compare both sides of a link by id: missing, duplicated, versions gone backwards",
+    load: async () => (await import("./cli/verify-command.js")).verifyCommand,
+  },
+  demo: {
+    summary: "two local regions, traffic, an injected failure, and the numbers",
+    load: async () => (await import("./cli/demo-command.js")).demoCommand,
+  },
 };
 
 function usage(): string {
@@ -34,14 +47,18 @@ async function main(argv: readonly string[]): Promise<number> {
     return 2;
   }
   try {
-    return await command.run(rest);
+    return await (
+      await command.load()
+    )(rest);
   } catch (err) {
     if (isRelayError(err) && (err.code === ErrorCodes.CONFIG_INVALID || err.code === ErrorCodes.USAGE)) {
       console.error(err.message);
       return 2;
     }
     const code = isRelayError(err) ? err.code : ErrorCodes.INTERNAL;
-    console.error(`jetstream-relay ${name} failed [${code}]: ${err instanceof Error ? err.message : String(err)}`);
+    console.error(
+      `jetstream-relay ${name} failed [${code}]: ${err instanceof Error ? err.message : String(err)}`,
+    );
     return 1;
   }
 }

@@ -122,7 +122,7 @@ export class Relay {
       const [source, dest] = await Promise.all([sourceConn, destConn]);
       if (this.abort.signal.aborted) return;
       const logger = this.deps.logger.child({ component: "link", region: this.region });
-      const guard = createGuard(config.guard, {
+      const guard = await createGuard(config.guard, {
         logger: logger.child({ link: config.name, component: "guard" }),
         scope: `${config.to.region}:${config.to.stream}`,
         linkName: config.name,
