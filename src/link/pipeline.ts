@@ -130,7 +130,7 @@ export class Pipeline {
     }
     const decision = route(result.identity, this.deps.link, this.directRoutes);
     if (!decision.forward) {
-      this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
+      if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       this.deps.acks.ack(msg.reply);
       this.count("loop");
       return;
@@ -273,7 +273,7 @@ export class Pipeline {
     if (entry.state !== "claim") return; // abandoned meanwhile
     entry.claimToken = undefined;
     const decision = result?.decision ?? "in-flight";
-    this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
+    if (this.debugOn) this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
     switch (decision) {
       case "relay": {
         entry.token = result?.token;
@@ -335,7 +335,7 @@ export class Pipeline {
       this.counters.publishDuration.observe((performance.now() - entry.publishStartedAt) / 1000);
       if (ack.duplicate) {
         this.correct("broker_duplicate");
-        this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
+        if (this.debugOn) this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
       }
       entry.brokerDuplicate = ack.duplicate;
       this.publishRecovered();
@@ -494,8 +494,13 @@ export class Pipeline {
     this.counters.messages[outcome].inc();
   }
 
+  /** Decision logs are per message: their fields are only built when debug is on. */
+  private get debugOn(): boolean {
+    return this.deps.logger.isLevelEnabled("debug");
+  }
+
   private debug(decision: string, id: string, extra: Record<string, unknown>): void {
-    if (!this.deps.logger.isLevelEnabled("debug")) return;
+    if (!this.debugOn) return;
     const entry = this.bySeqForId(id);
     this.deps.logger.debug({ decision, id, entity: entry?.identity.entity, version: entry?.identity.version, ...extra }, "decision");
   }
