@@ -47,11 +47,25 @@ export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" 
 /** `msg`: the core message under a JsMsg (public on the implementation, not on the interface). */
 export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string } }): Delivery {
   const reply = m.msg?.reply ?? "";
+  const info = parseAckSubject(reply);
   return {
     subject: m.subject,
     reply,
-    ...parseAckSubject(reply),
+    streamSequence: info.streamSequence,
+    deliveryCount: info.deliveryCount,
+    pending: info.pending,
+    timestampNanos: info.timestampNanos,
     headers: wireHeadersOf(m),
-    data: new Uint8Array(m.data), // a copy (see above)
+    data: copy(m.data),
   };
+}
+
+/**
+ * A copy (see Delivery). Buffer.allocUnsafe takes payloads under 4 KiB from Node's shared pool, so a
+ * small message costs no ArrayBuffer of its own (each one is extra work for the garbage collector).
+ */
+function copy(data: Uint8Array): Uint8Array {
+  const out = Buffer.allocUnsafe(data.length);
+  out.set(data);
+  return out;
 }

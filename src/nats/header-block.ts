@@ -1,7 +1,5 @@
 import type { MsgHdrs } from "@nats-io/nats-core";
 
-const encoder = new TextEncoder();
-
 /**
  * An outgoing NATS header block kept as wire text and encoded once. The client's MsgHdrs validates and
  * canonicalises every key on every set and keeps arrays per key; on the relay's hot path the keys are
@@ -52,7 +50,8 @@ export class HeaderBlock {
 
   /** The wire form, `NATS/1.0\r\nKey: value\r\n...\r\n`, cached until the block changes. */
   encode(): Uint8Array {
-    this.bytes ??= encoder.encode(`${this.text}\r\n`);
+    // Buffer.from takes small buffers from Node's shared pool: no ArrayBuffer per message.
+    this.bytes ??= Buffer.from(`${this.text}\r\n`, "utf8");
     return this.bytes;
   }
 
