@@ -15,6 +15,7 @@
  */
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { cpus } from "node:os";
 import { AckPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { headers, nanos } from "@nats-io/nats-core";
@@ -236,6 +237,16 @@ async function main(): Promise<void> {
     const [unguarded, guarded] = [results[4], results[5]];
     console.log(`\nrelay runs (msgs/s): ${results.filter((r) => r.runs).map((r) => `${r.name}: ${r.runs?.map((x) => Math.round(x)).join(", ")}`).join("; ")}`);
     if (unguarded) console.log(`relay / client bound for one process: ${(unguarded.msgsPerSec / bound).toFixed(2)}x`);
+    if (unguarded?.serverCpu !== undefined) {
+      // What the servers spent per message in the relay run, plus the client's own cost of the four
+      // protocol operations (from the two ceilings, each run on one core), on every core of this machine.
+      const clientCpu = 100_000 / consume.msgsPerSec + 100_000 / ceiling;
+      const machineBound = (cpus().length * 100_000) / (unguarded.serverCpu + clientCpu);
+      console.log(
+        `estimated CPU bound of a relay that adds nothing to the client's own work, on ${cpus().length} cores shared with both servers: ` +
+          `${Math.round(machineBound)} msgs/s (${(machineBound / base).toFixed(2)}x native)`,
+      );
+    }
     if (unguarded && guarded) console.log(`guarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
   } finally {
     await servers.cleanup();

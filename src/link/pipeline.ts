@@ -132,7 +132,8 @@ export class Pipeline {
     if (!decision.forward) {
       if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       this.deps.acks.ack(msg.reply);
-      this.count("loop");
+      // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted again.
+      if (msg.deliveryCount <= 1) this.count("loop");
       return;
     }
     const entry = newEntry(msg, result.identity, this.entryContext);
