@@ -1,0 +1,58 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import pino from "pino";
+import { parseConfigText } from "../../src/config/load.js";
+import { NoneGuard } from "../../src/guard/none-guard.js";
+import { Pipeline } from "../../src/link/pipeline.js";
+import type { Delivery } from "../../src/nats/delivery.js";
+import type { SourceAcks } from "../../src/nats/source-acks.js";
+import { WireHeaders } from "../../src/nats/wire-headers.js";
+import { createMetrics } from "../../src/observability/metrics.js";
+
+const config = parseConfigText(
+  `
+regions:
+  a: { servers: ["nats://127.0.0.1:1"] }
+  b: { servers: ["nats://127.0.0.1:2"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S } }
+`,
+  "unit",
+);
+
+/** A delivery of a message that came from region b: on the a-to-b link it is a loop. */
+function loopDelivery(deliveryCount: number): Delivery {
+  return {
+    subject: "S.x",
+    reply: `$JS.ACK.S.relay-a-to-b.${deliveryCount}.7.${6 + deliveryCount}.1764460800000000000.0`,
+    streamSequence: 7,
+    deliveryCount,
+    pending: 0,
+    timestampNanos: "1764460800000000000",
+    headers: new WireHeaders("NATS/1.0\r\nNats-Msg-Id: m7\r\nRelay-Origin: b\r\nRelay-Path: b,a\r\n\r\n"),
+    data: new Uint8Array(0),
+  };
+}
+
+test("a loop is acked on every delivery but counted once per message", async () => {
+  const link = config.links[0];
+  assert.ok(link);
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const acked: string[] = [];
+  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
+  const pipeline = new Pipeline({
+    link,
+    links: config.links,
+    guard: new NoneGuard(),
+    acks,
+    metrics,
+    logger: pino({ level: "silent" }),
+    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+  });
+  pipeline.push(loopDelivery(1));
+  pipeline.push(loopDelivery(2)); // its first ack was lost: the server delivered it again
+  assert.deepEqual(acked, [loopDelivery(1).reply, loopDelivery(2).reply], "both deliveries acked");
+  const loops = (await metrics.messages.get()).values.find((v) => v.labels.outcome === "loop")?.value;
+  assert.equal(loops, 1, "counted once");
+  assert.equal(pipeline.size, 0, "nothing held");
+});
