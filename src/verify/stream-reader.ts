@@ -31,11 +31,14 @@ export interface ReadResult {
   readonly delivered: number;
 }
 
+/** How long a read without a filter waits for more after the server said nothing is pending. */
+const QUIET_END_MS = 1_000;
+
 /**
  * Reads a stream once, in stream order, through an ordered consumer with `headers_only`: the server
  * never sends payloads, and `onMessage` runs synchronously for each message, so nothing piles up here
  * beyond one pull batch. Ends at the stream's last sequence as of the start (later messages are not
- * waited for) or when nothing matching the filter is pending. The ordered consumer survives
+ * waited for) or, under a subject filter, when nothing matching it is pending. The ordered consumer survives
  * reconnects and leader changes by re-creating itself at the next sequence.
  */
 export async function readStream(side: StreamSide, opts: ReadOptions, onMessage: (m: JsMsg) => void): Promise<ReadResult> {
@@ -69,6 +72,7 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
   }
 
   let delivered = 0;
+  let quiet: NodeJS.Timeout | undefined;
   let lastProgress = Date.now();
   let messages: ConsumerMessages | undefined;
   let settle!: (err?: unknown) => void;
@@ -102,7 +106,14 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
           settle(err);
           return;
         }
-        if (m.info.pending === 0 || m.seq >= state.last_seq) settle();
+        // Without a filter the end is exact: the last sequence. A pending count of 0 can be read too
+        // early right after a leader change, so there it ends the read only after a quiet second
+        // (the last message may have been deleted meanwhile); under a filter, where the last matching
+        // sequence is not known in advance, it ends the read at once.
+        if (quiet) clearTimeout(quiet);
+        quiet = undefined;
+        if (m.seq >= state.last_seq || (opts.filterSubject !== undefined && m.info.pending === 0)) settle();
+        else if (m.info.pending === 0) quiet = setTimeout(() => settle(), QUIET_END_MS);
       },
     });
     if (done) messages.stop();
@@ -110,6 +121,7 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
     await finished;
   } finally {
     clearInterval(idle);
+    if (quiet) clearTimeout(quiet);
     settle();
     await consumer.delete().catch(() => undefined);
   }
