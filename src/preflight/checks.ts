@@ -78,8 +78,10 @@ export type RedisFact =
       readonly persistence: "aof" | "none" | "unknown";
       readonly appendfsync?: string;
       readonly reason?: string;
+      /** `redis_version`, when INFO answered. */
+      readonly version?: string;
     }
-  | { readonly ok: false; readonly target: string; readonly reason: string };
+  | { readonly ok: false; readonly target: string; readonly reason: string; readonly unsupported?: true };
 
 /** Streams in the destination region whose subjects overlap the dead-letter subject. */
 export type DeadLetterFact =
@@ -490,6 +492,9 @@ export function checkGuard(link: LinkConfig, redis: RedisFact | undefined): Chec
     };
   }
   if (!redis) return skipped(name, "redis was not probed");
+  if (!redis.ok && redis.unsupported) {
+    return { name, level: "error", detail: redis.reason, fix: "upgrade the guard's Redis to 6.2 or later" };
+  }
   if (!redis.ok) {
     return {
       name,
@@ -499,33 +504,34 @@ export function checkGuard(link: LinkConfig, redis: RedisFact | undefined): Chec
     };
   }
   const fsync = redis.appendfsync ? ` (appendfsync ${redis.appendfsync})` : "";
+  const target = redis.version ? `${redis.target} (Redis ${redis.version})` : redis.target;
   switch (redis.persistence) {
     case "aof":
       if (redis.appendfsync === "no") {
         return {
           name,
           level: "warning",
-          detail: `${redis.target}: AOF on but appendfsync no: a crash may lose recent commits`,
+          detail: `${target}: AOF on but appendfsync no: a crash may lose recent commits`,
           fix: "set appendfsync everysec (or always)",
         };
       }
       return {
         name,
         level: "ok",
-        detail: `${redis.target}: AOF on${fsync}: versions survive a Redis restart`,
+        detail: `${target}: AOF on${fsync}: versions survive a Redis restart`,
       };
     case "none":
       return {
         name,
         level: guard.strict ? "error" : "warning",
-        detail: `${redis.target}: appendonly no: versions would not survive a Redis restart${guard.strict ? "; guard.strict is set, so the relay refuses to start this link (GUARD_NOT_DURABLE)" : ""}`,
+        detail: `${target}: appendonly no: versions would not survive a Redis restart${guard.strict ? "; guard.strict is set, so the relay refuses to start this link (GUARD_NOT_DURABLE)" : ""}`,
         fix: "enable appendonly: CONFIG SET appendonly yes, and appendonly yes in redis.conf",
       };
     case "unknown":
       return {
         name,
         level: "warning",
-        detail: `${redis.target}: cannot tell whether Redis persists (${redis.reason ?? "no answer"}); managed Redis often blocks CONFIG`,
+        detail: `${target}: cannot tell whether Redis persists (${redis.reason ?? "no answer"}); managed Redis often blocks CONFIG`,
         fix: "make sure the Redis service keeps an append-only file (AOF)",
       };
   }

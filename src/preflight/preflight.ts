@@ -13,9 +13,10 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { pino } from "pino";
 import type { Logger } from "pino";
 import type { LinkConfig, RedisGuardConnection, RegionConfig, RelayConfig } from "../config/types.js";
-import { ErrorCodes, RelayError } from "../errors.js";
+import { ErrorCodes, RelayError, isRelayError } from "../errors.js";
 import {
   checkPersistence,
+  checkRedisVersion,
   connectClient,
   createRedisClient,
   describeRedis,
@@ -214,15 +215,18 @@ async function probeRedis(conn: RedisGuardConnection, timeoutMs: number): Promis
   client.on("error", () => undefined);
   try {
     await connectClient(client, timeoutMs);
+    const [version] = await checkRedisVersion(client, target);
     const report = await checkPersistence(client);
     return {
       ok: true,
       target,
+      ...(version !== undefined ? { version } : {}),
       persistence: report.persistence,
       ...(report.appendfsync !== undefined ? { appendfsync: report.appendfsync } : {}),
       ...(report.reason !== undefined ? { reason: sanitizeError(report.reason, secrets).message } : {}),
     };
   } catch (err) {
+    if (isRelayError(err, ErrorCodes.GUARD_UNSUPPORTED)) return { ok: false, target, unsupported: true, reason: err.message };
     return { ok: false, target, reason: sanitizeError(err, secrets).message };
   } finally {
     client.disconnect();

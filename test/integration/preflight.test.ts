@@ -328,6 +328,7 @@ describe("check --live", () => {
     );
     assert.match(row(r.out, "a-to-b", "guard").detail, /broker dedup only/);
     assert.match(row(r.out, "b-to-a", "guard").detail, /AOF on/);
+    assert.match(row(r.out, "b-to-a", "guard").detail, /\(Redis \d+\.\d+\.\d+\)/, "the guard row names the Redis version it checked");
     assert.match(row(r.out, "b-to-a", "durable consumer").detail, /3 pending/);
     assert.match(row(r.out, "a-to-b", "durable consumer").detail, /does not exist yet/);
     // The offline lines are still there.
