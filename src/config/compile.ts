@@ -29,6 +29,13 @@ export { DEFAULT_STRIP_HEADERS };
 export const DEFAULTS = Object.freeze({
   batchSize: 500,
   inFlight: 1024,
+  /**
+   * The window of a link with a guard: each of its messages also waits for a claim and a commit
+   * round trip, so the same window moves fewer messages a second (Little's law). Measured on the
+   * bench (2 cores shared with Redis and both servers): 1024 → ~18k msgs/s, 2048 → ~22k; an
+   * unguarded link is CPU-bound and gains nothing from a larger window, only memory.
+   */
+  guardedInFlight: 2048,
   ackWaitMs: 30_000,
   publishTimeoutMs: 5_000,
   maxHops: 8,
@@ -209,7 +216,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     },
     to: { region: l.to.region, stream: l.to.stream, transform },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
-    inFlight: l.inFlight ?? DEFAULTS.inFlight,
+    inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
     ackWaitMs,
     publishTimeoutMs: l.publishTimeout ?? DEFAULTS.publishTimeoutMs,
     stripHeaders,

@@ -668,7 +668,8 @@ export function crossChecks(tree: unknown): ConfigProblem[] {
     }
 
     const batch = link.batchSize === undefined ? DEFAULTS.batchSize : intOrUndefined(link.batchSize);
-    const inFlight = link.inFlight === undefined ? DEFAULTS.inFlight : intOrUndefined(link.inFlight);
+    const defaultInFlight = link.guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight;
+    const inFlight = link.inFlight === undefined ? defaultInFlight : intOrUndefined(link.inFlight);
     if (
       batch !== undefined &&
       inFlight !== undefined &&

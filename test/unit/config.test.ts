@@ -174,6 +174,14 @@ void describe("valid configs", () => {
     assert.equal(c.links[0]?.guard?.idTtlMs, DEFAULTS.idTtlMs);
   });
 
+  void it("gives a guarded link the larger default window; an explicit inFlight wins", () => {
+    assert.equal(parse(BASE).links[0]?.inFlight, 1024);
+    assert.equal(parse(BASE + "    guard:\n      memory: true\n").links[0]?.inFlight, 2048);
+    assert.equal(parse(BASE + "    inFlight: 600\n    guard:\n      memory: true\n").links[0]?.inFlight, 600);
+    // batchSize is checked against the window the link will have.
+    assert.equal(parse(BASE + "    batchSize: 1500\n    guard:\n      memory: true\n").links[0]?.batchSize, 1500);
+  });
+
   void it("is deeply frozen, and its region map is read-only", () => {
     const c = parse(BASE);
     assert.ok(Object.isFrozen(c));
