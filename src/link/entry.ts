@@ -26,10 +26,6 @@ export interface Entry {
   /** Source publish time, ms since the epoch (replay age). */
   readonly sourceMs: number;
   state: EntryState;
-  /** Position in arrival order (set by the pipeline). */
-  arrival: number;
-  /** The token of the claim call this entry rides in, until its verdict is applied (kept for a retry). */
-  claimToken?: string | undefined;
   token?: string;
   /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
   attempt: number;
@@ -89,7 +85,6 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     headers: buildHeaders(msg, identity, ctx),
     sourceMs: Number(msg.timestampNanos.slice(0, -6) || "0"),
     state: "claim",
-    arrival: 0,
     attempt: 0,
     publishStartedAt: 0,
   };

@@ -15,13 +15,6 @@ import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
 
-/**
- * Claim calls, and commit calls, a link keeps in flight at once. Two were measured (the calls share
- * one Redis connection, so verdicts would still come back in send order) and were slower: with Redis
- * on the same cores as the relay, the extra, smaller calls cost more than the overlap saved.
- */
-const GUARD_CALLS_IN_FLIGHT = 1;
-
 /** What the pipeline tells its link, so the link can change state; never throws back. */
 export interface PipelineEvents {
   /** A destination publish failed and the pipeline rolled back; it retries by itself. */
@@ -74,14 +67,14 @@ export class Pipeline {
   private publisher: JetStreamPublisher | undefined;
   private publishPos = 0; // index into entries of the next entry that may need publishing (>= head)
   private publishBlockedUntil = 0;
-  private claimsInFlight = 0;
-  /** Arrival counter: a failed claim batch goes back into the claim queue in arrival order. */
-  private arrivals = 0;
+  private claimInFlight = false;
+  /** The token of a claim call that failed: its retry reuses it (see claimNext). */
+  private claimRetryToken: string | undefined;
   /** Per entity, the highest version this pipeline claimed and has not committed yet. */
   private readonly uncommittedVersions = new Map<string, number>();
   private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0 };
   private readonly nextToken = tokenSource();
-  private commitsInFlight = 0;
+  private commitInFlight = false;
   private guardBlockedUntil = 0;
   private pumpScheduled = false;
   private retryTimer: NodeJS.Timeout | undefined;
@@ -178,7 +171,6 @@ export class Pipeline {
   }
 
   private append(entry: Entry): void {
-    entry.arrival = this.arrivals++;
     this.entries.push(entry);
     this.bySeq.set(entry.seq, entry);
     this.schedule();
@@ -232,51 +224,43 @@ export class Pipeline {
   }
 
   // ---- guard claim: one round trip per batch, batches in arrival order -------------------------------
-  /** Claim calls go out in arrival order, at most GUARD_CALLS_IN_FLIGHT at once, a batch each. */
+  /**
+   * One claim call in flight at a time, a batch each, in arrival order. (Two in flight were measured:
+   * with Redis on the same cores as the relay, the extra, smaller calls cost more than the overlap.)
+   */
   private claimNext(): void {
-    while (this.guardCallDue(this.claimsInFlight, this.claimQueue.length)) {
-      // A batch retried after a failed call keeps that call's token (and only its entries ride with
-      // it): claims that landed although the reply was lost are then recognised as ours.
-      const retryToken = this.claimQueue[0]?.claimToken;
-      let n = 0;
-      while (n < this.claimQueue.length && n < this.deps.link.batchSize && this.claimQueue[n]?.claimToken === retryToken) n++;
-      const batch = this.claimQueue.splice(0, n).filter((e) => e.state === "claim");
-      if (batch.length > 0) this.sendClaim(batch, retryToken ?? this.nextToken());
-    }
-  }
-
-  /** Whether to send another claim (or commit) call now. */
-  private guardCallDue(inFlight: number, queued: number): boolean {
-    return queued > 0 && inFlight < GUARD_CALLS_IN_FLIGHT && Date.now() >= this.guardBlockedUntil;
+    if (this.claimInFlight || Date.now() < this.guardBlockedUntil || this.claimQueue.length === 0) return;
+    const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
+    if (batch.length === 0) return;
+    // A retry after a failed call reuses its token: claims that landed although the reply was lost
+    // are then recognised as ours.
+    this.sendClaim(batch, (this.claimRetryToken ??= this.nextToken()));
   }
 
   private sendClaim(batch: Entry[], token: string): void {
-    this.claimsInFlight++;
-    for (const e of batch) e.claimToken = token;
+    this.claimInFlight = true;
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
     this.deps.guard
       .claim(batch.map((e) => e.identity), token)
       .then((results) => {
         end();
+        this.claimRetryToken = undefined;
         this.guardRecovered();
         batch.forEach((e, i) => this.applyClaim(e, results[i]));
       })
       .catch((err: unknown) => {
-        // Nothing was claimed that we know of: the batch goes back into the queue, in arrival order
-        // (another call may have failed too), keeping its token for the retry.
-        const back = batch.filter((e) => e.state === "claim");
-        this.claimQueue = [...back, ...this.claimQueue].sort((a, b) => a.arrival - b.arrival);
+        // Nothing was claimed that we know of: the batch goes back to the front, in order.
+        this.claimQueue = [...batch.filter((e) => e.state === "claim"), ...this.claimQueue];
         this.guardFailed(err);
       })
       .finally(() => {
-        this.claimsInFlight--;
+        this.claimInFlight = false;
         this.schedule();
       });
   }
 
   private applyClaim(entry: Entry, result: ClaimResult | undefined): void {
     if (entry.state !== "claim") return; // abandoned meanwhile
-    entry.claimToken = undefined;
     const decision = result?.decision ?? "in-flight";
     if (this.debugOn) this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
     switch (decision) {
@@ -395,15 +379,13 @@ export class Pipeline {
 
   // ---- commit then ack ---------------------------------------------------------------------------------
   private commitNext(): void {
-    while (this.guardCallDue(this.commitsInFlight, this.commitQueue.length)) {
-      const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
-      if (batch.length > 0) this.sendCommit(batch);
-    }
+    if (this.commitInFlight || Date.now() < this.guardBlockedUntil || this.commitQueue.length === 0) return;
+    const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
+    if (batch.length > 0) this.sendCommit(batch);
   }
 
-  /** Commits in any order are equivalent: ids become done, versions advance by compare-and-set. */
   private sendCommit(batch: Entry[]): void {
-    this.commitsInFlight++;
+    this.commitInFlight = true;
     for (const e of batch) e.state = "committing";
     const withTokens = batch.filter((e) => e.token !== undefined);
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
@@ -422,7 +404,7 @@ export class Pipeline {
         this.guardFailed(err);
       })
       .finally(() => {
-        this.commitsInFlight--;
+        this.commitInFlight = false;
         this.schedule();
       });
   }
