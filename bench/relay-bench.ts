@@ -22,7 +22,8 @@ import { headers, nanos } from "@nats-io/nats-core";
 import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
 import { fillStream } from "../test/helpers/fill.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
-import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
+import { RelayProcess } from "../test/helpers/relays.js";
+import { peakRssMb, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
@@ -91,12 +92,6 @@ async function timeUntilFull(nc: NatsConnection, stream: string, count: number, 
     if (Date.now() > deadline) throw new Error(`${stream}: ${n} of ${count} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 20));
   }
-}
-
-function peakRssMb(pid: number | undefined): number | undefined {
-  if (!pid) return undefined;
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m?.[1] ? Number(m[1]) / 1024 : undefined;
 }
 
 async function nativeSourcing(servers: LocalBackend): Promise<Result> {
@@ -169,18 +164,7 @@ async function relay(servers: LocalBackend, name: string, guardYaml: string, red
   await addStream(ncb, "DST", ["src.>"]);
   // Ids differ per run: the guard's Redis is shared by the runs and would rightly call a repeat a duplicate.
   await fill(nca, "src", COUNT, `r${++relayRuns}`);
-  const config = await writeConfig(`
-regions:
-  a: { servers: ["${a.url}"] }
-  b: { servers: ["${b.url}"] }
-links:
-  - name: bench
-    from: { region: a, stream: SRC }
-    to: { region: b, stream: DST }
-${guardYaml}
-http: { listen: "127.0.0.1:0" }
-log: { level: warn }
-`);
+  const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
   const serverCpu = cpuMeter([a.pid, b.pid, redisPid]);
   const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
   try {

@@ -9,7 +9,6 @@
  * BENCH_MESSAGES overrides the count (e.g. 100000 for a quick look).
  */
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -19,17 +18,12 @@ import { verifyCommand } from "../src/cli/verify-command.js";
 import { fillStream } from "../test/helpers/fill.js";
 import type { VerifyReport } from "../src/verify/report.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
-import { writeConfig } from "../test/helpers/relays.js";
+import { peakRssMb, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 1_000_000);
 const IN_FLIGHT = 1_000;
 const DELETED = 10;
 const payload = new TextEncoder().encode("x".repeat(100));
-
-function peakRssMb(pid: number | "self"): number {
-  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m?.[1] ? Number(m[1]) / 1024 : NaN;
-}
 
 function msgHeaders(i: number, relayedFrom?: string): MsgHdrs {
   const h = headers();
@@ -71,16 +65,11 @@ async function main(): Promise<void> {
     const jsm = await jetstreamManager(ncb);
     for (let k = 1; k <= DELETED; k++) await jsm.streams.deleteMessage("DST", Math.floor((k * (COUNT - IN_FLIGHT)) / (DELETED + 1)));
     await Promise.all([nca.close(), ncb.close()]);
-    const config = await writeConfig(`
-regions:
-  a: { servers: ["${a.url}"] }
-  b: { servers: ["${b.url}"] }
-links:
-  - name: bench
-    from: { region: a, stream: SRC }
-    to: { region: b, stream: DST }
-    guard: { memory: true, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }
-`);
+    const config = await writeBenchConfig(
+      a.url,
+      b.url,
+      `    guard: { memory: true, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }`,
+    );
 
     const child = spawn(process.execPath, ["--import", "tsx", fileURLToPath(import.meta.url), "--child", "--config", config, "--link", "bench", "--json"], {
       stdio: ["ignore", "pipe", "pipe"],
@@ -111,7 +100,7 @@ links:
 /** The verifying process: the command as the CLI runs it, then its own peak RSS on stderr. */
 async function child(argv: readonly string[]): Promise<number> {
   const code = await verifyCommand(argv);
-  console.error(`peak RSS ${peakRssMb("self").toFixed(1)} MB`);
+  console.error(`peak RSS ${(peakRssMb("self") ?? Number.NaN).toFixed(1)} MB`);
   return code;
 }
 
