@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
-import { createMetrics } from "../../src/observability/metrics.js";
+import { LINK_STATES, createMetrics } from "../../src/observability/metrics.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const DASHBOARD = "deploy/grafana/relay-dashboard.json";
@@ -273,16 +273,7 @@ test("the dashboard has the panels operators need, laid out without overlaps", (
   const texts = timeline.fieldConfig.defaults.mappings.flatMap((m) =>
     Object.values(m.options).map((o) => o.text),
   );
-  for (const state of [
-    "starting",
-    "catching-up",
-    "live",
-    "recovering",
-    "paused",
-    "resyncing",
-    "stopped",
-    "failed",
-  ]) {
+  for (const state of LINK_STATES) {
     assert.ok(texts.includes(state), `state timeline: no mapping for ${state}`);
   }
 
