@@ -24,7 +24,9 @@ export interface Delivery {
 }
 
 /**
- * The JetStream ack subject, in its two forms:
+ * The JetStream ack subject, read once per delivery. (The client's `info` has the same fields but
+ * holds the timestamp as a double, which cannot carry nanoseconds exactly, and its `timestampNanos`
+ * splits the subject a second time.) Its two forms:
  *   $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>                  (9 tokens)
  *   $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
  */
