@@ -21,8 +21,17 @@ export const ErrorCodes = {
   PUBLISH_FAILED: "PUBLISH_FAILED",
   /** A PubAck said duplicate with seq 0: the message was not stored. Retryable. */
   PUBLISH_NOT_STORED: "PUBLISH_NOT_STORED",
-  /** The destination rejected the message permanently (too large, subject not bound). */
+  /**
+   * The destination refused a publish with an error no retry of that message heals by itself, for
+   * every message of the link alike (a 4xx other than the size): the link pauses and retries slowly.
+   */
   PUBLISH_REJECTED: "PUBLISH_REJECTED",
+  /** The destination stream is full (discard new) or cannot store: the link pauses until it can. */
+  DESTINATION_FULL: "DESTINATION_FULL",
+  /** A message (headers included) is larger than the destination accepts: the bad-message policy applies. */
+  MESSAGE_TOO_LARGE: "MESSAGE_TOO_LARGE",
+  /** A PubAck came from another stream than the link's destination (its subject is bound elsewhere): the link halts. */
+  DESTINATION_MISMATCH: "DESTINATION_MISMATCH",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /** The guard's Redis does not persist versions and `guard.strict` is set. */
@@ -48,6 +57,8 @@ const retryable: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ErrorCodes.PUBLISH_TIMEOUT,
   ErrorCodes.PUBLISH_FAILED,
   ErrorCodes.PUBLISH_NOT_STORED,
+  ErrorCodes.PUBLISH_REJECTED,
+  ErrorCodes.DESTINATION_FULL,
   ErrorCodes.GUARD_UNAVAILABLE,
 ]);
 

@@ -133,6 +133,7 @@ export class Relay {
         sourceRegion,
         source,
         dest,
+        ...(this.config.regions.get(this.region)?.domain ? { destDomain: this.config.regions.get(this.region)?.domain } : {}),
         guard,
         metrics: this.metrics,
         logger,

@@ -2,7 +2,8 @@ import { HeaderBlock } from "../nats/header-block.js";
 import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
-import { RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
+import { createHash } from "node:crypto";
+import { ALWAYS_STRIPPED, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
 import type { NanosFormatter } from "./headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
@@ -16,13 +17,19 @@ export type EntryState = "claim" | "ready" | "publishing" | "published" | "commi
 /** One source message (by stream sequence) travelling through a link's pipeline. */
 export interface Entry {
   readonly seq: number;
-  /** The ack subject of every delivery of this sequence seen while it was in the pipeline: all are acked at the end. */
-  readonly replies: string[];
+  /**
+   * The ack subject of the latest delivery of this sequence. The server acks by stream sequence, so the
+   * latest delivery's subject acks every earlier one: a message redelivered many times costs nothing more.
+   */
+  reply: string;
+  /** When an in-progress ack (`+WIP`) was last sent for it (monotonic ms; 0: never). */
+  workingSentAt: number;
   readonly identity: MessageIdentity;
   /** Destination subject (after transform), or the dead-letter subject. */
   subject: string;
-  readonly data: Uint8Array;
-  readonly headers: HeaderBlock;
+  /** Replaced only by an oversized message's dead-letter record. */
+  data: Uint8Array;
+  headers: HeaderBlock;
   /** Source publish time, ms since the epoch (replay age). */
   readonly sourceMs: number;
   state: EntryState;
@@ -34,6 +41,16 @@ export interface Entry {
   brokerDuplicate?: boolean;
   /** Set when the entry goes to the dead-letter subject instead of the destination stream. */
   deadLetterReason?: string;
+  /**
+   * Wall time (ms) of the first publish attempt, 0 before it. A retry later than the destination's
+   * duplicate window after it must first look for the message in the destination (broker dedup
+   * forgot it by then).
+   */
+  firstAttemptMs: number;
+  /** The highest destination sequence the link knew of at the first attempt: a copy can only be above it. */
+  destFloor: number;
+  /** When the pipeline took it (monotonic ms): in-progress acks for messages held long. */
+  receivedAt: number;
 }
 
 /**
@@ -66,19 +83,19 @@ export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: Entr
   out.append(RelayHeaders.Path, identity.path.join(","));
   out.append(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.streamSequence}`);
   out.append(RelayHeaders.SourceTime, ctx.time.formatDigits(msg.timestampNanos));
-  out.append(RelayHeaders.ExpectedStream, link.to.stream);
   return out;
 }
 
 /** Lower-cased names never copied from the source: the link's strip list plus the rewritten headers. */
 export function stripSet(link: LinkConfig): ReadonlySet<string> {
-  return new Set([...link.stripHeaders, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
+  return new Set([...link.stripHeaders, ...ALWAYS_STRIPPED, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
 }
 
 export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): Entry {
   return {
     seq: msg.streamSequence,
-    replies: [msg.reply],
+    reply: msg.reply,
+    workingSentAt: 0,
     identity,
     subject: transformSubject(msg.subject, ctx.link),
     data: msg.data,
@@ -87,7 +104,15 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     state: "claim",
     attempt: 0,
     publishStartedAt: 0,
+    firstAttemptMs: 0,
+    destFloor: 0,
+    receivedAt: performance.now(),
   };
+}
+
+/** Bytes the destination counts against `max_payload` and `max_msg_size`: headers and payload. */
+export function wireSize(entry: Entry): number {
+  return entry.headers.encode().length + entry.data.length;
 }
 
 /** Re-targets an entry at the dead-letter subject, keeping its id so a re-park is deduplicated. */
@@ -96,6 +121,26 @@ export function toDeadLetter(entry: Entry, subject: string, linkName: string, re
   entry.deadLetterReason = reason;
   entry.headers.set(RelayHeaders.DeadLetterReason, reason);
   entry.headers.set(RelayHeaders.DeadLetterLink, linkName);
-  entry.headers.delete(RelayHeaders.ExpectedStream);
   entry.state = "ready";
+}
+
+/**
+ * A dead-letter record for a message too large for the destination: it must fit itself, so it keeps
+ * the relay's identity and source headers, the reason, the size and a SHA-256 of the payload, and no
+ * payload (the message stays readable at the source by its `Relay-Source` position until retention).
+ */
+export function toOversizedDeadLetter(entry: Entry, subject: string, linkName: string, reason: string): void {
+  const digest = createHash("sha256").update(entry.data).digest("hex");
+  const size = entry.data.length;
+  const keep = [RelayHeaders.MsgId, RelayHeaders.Origin, RelayHeaders.Path, RelayHeaders.Source, RelayHeaders.SourceTime];
+  const record = new HeaderBlock();
+  for (const key of keep) {
+    const value = entry.headers.get(key);
+    if (value !== undefined) record.append(key, value);
+  }
+  record.append(RelayHeaders.DeadLetterSize, String(size));
+  record.append(RelayHeaders.DeadLetterDigest, `sha-256=${digest}`);
+  entry.headers = record;
+  entry.data = new Uint8Array(0);
+  toDeadLetter(entry, subject, linkName, reason);
 }

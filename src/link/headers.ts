@@ -14,11 +14,12 @@ export const RelayHeaders = {
   SourceTime: "Relay-Source-Time",
   /** Set on messages sent by a full resync: the resync's id. */
   Snapshot: "Relay-Snapshot",
-  /** Set by the relay on its own publishes so the destination rejects a subject bound to another stream. */
-  ExpectedStream: "Nats-Expected-Stream",
   /** On dead-lettered messages: why, and which link. */
   DeadLetterReason: "Relay-Dead-Letter-Reason",
   DeadLetterLink: "Relay-Dead-Letter-Link",
+  /** On a dead-letter record of a message too large to park whole: its size and SHA-256. */
+  DeadLetterSize: "Relay-Dead-Letter-Size",
+  DeadLetterDigest: "Relay-Dead-Letter-Digest",
 } as const;
 
 /** Headers JetStream would act on in the destination: stripped by default (config adds more). */
@@ -32,6 +33,20 @@ export const DEFAULT_STRIP_HEADERS: readonly string[] = [
   "Nats-Stream-Source",
 ];
 
+/**
+ * Never stored in the destination, whatever the link's strip list says: JetStream keeps these headers
+ * with the message, and a mirror or source of the destination stream under another name would later
+ * act on them (nats-server issues 5240, 5865). The relay checks stream binding itself (link start and
+ * every PubAck's `stream`).
+ */
+export const ALWAYS_STRIPPED: readonly string[] = [
+  "Nats-Expected-Stream",
+  "Nats-Expected-Last-Msg-Id",
+  "Nats-Expected-Last-Sequence",
+  "Nats-Expected-Last-Subject-Sequence",
+  "Nats-Expected-Last-Subject-Sequence-Subject",
+];
+
 /** Relay headers that are rewritten on every hop rather than copied. */
 export const REWRITTEN_HEADERS: readonly string[] = [
   RelayHeaders.MsgId,
@@ -39,7 +54,6 @@ export const REWRITTEN_HEADERS: readonly string[] = [
   RelayHeaders.Path,
   RelayHeaders.Source,
   RelayHeaders.SourceTime,
-  RelayHeaders.ExpectedStream,
 ];
 
 /**

@@ -3,7 +3,11 @@ import { RelayHeaders } from "./headers.js";
 
 /** What the relay knows about a source message before deciding anything. */
 export interface MessageIdentity {
-  /** `Nats-Msg-Id`, else `<origin-region>:<stream>:<seq>`: the same on every redelivery and restart. */
+  /**
+   * `Nats-Msg-Id`, else `<region>:<stream>:<incarnation>:<seq>` (incarnation: the source stream's
+   * creation time in ms, so a stream deleted and recreated, which restarts at seq 1, does not reuse
+   * ids): the same on every redelivery and restart.
+   */
   readonly id: string;
   /** Region where the message was first published. */
   readonly origin: string;
@@ -27,11 +31,15 @@ export interface SourceMessage {
 /** Non-negative integer, no sign, no exponent, no leading junk: a version is never guessed. */
 const VERSION_RE = /^(0|[1-9]\d{0,15})$/;
 
-export function identify(msg: SourceMessage, link: LinkConfig): IdentityResult {
+/**
+ * `incarnation`: the source stream's creation time (ms since the epoch), when known. Without it the
+ * derived id has the form relays before it used, `<region>:<stream>:<seq>`.
+ */
+export function identify(msg: SourceMessage, link: LinkConfig, incarnation?: number): IdentityResult {
   const h = msg.headers;
   const sourceRegion = link.from.region;
   const msgId = h?.get(RelayHeaders.MsgId) || "";
-  const id = msgId !== "" ? msgId : `${sourceRegion}:${link.from.stream}:${msg.streamSequence}`;
+  const id = msgId !== "" ? msgId : derivedId(sourceRegion, link.from.stream, msg.streamSequence, incarnation);
   const origin = h?.get(RelayHeaders.Origin) || sourceRegion;
   const priorPath = splitPath(h?.get(RelayHeaders.Path) ?? "");
   const path = priorPath[priorPath.length - 1] === sourceRegion ? priorPath : [...priorPath, sourceRegion];
@@ -50,6 +58,22 @@ export function identify(msg: SourceMessage, link: LinkConfig): IdentityResult {
     return { ok: false, id, reason: `malformed version ${JSON.stringify(rawVersion.slice(0, 32))} (${describe(versions.version)}): want a non-negative integer` };
   }
   return { ok: true, identity: { id, origin, path, entity, version: Number(rawVersion) } };
+}
+
+/** The id of a source message without a `Nats-Msg-Id` (see MessageIdentity.id). */
+export function derivedId(region: string, stream: string, seq: number, incarnation?: number): string {
+  return incarnation === undefined ? `${region}:${stream}:${seq}` : `${region}:${stream}:${incarnation}:${seq}`;
+}
+
+/**
+ * The id a relay before incarnations derived for the same message (`<region>:<stream>:<seq>`), when `id`
+ * is a derived id of this form; tools comparing across an upgrade read both.
+ */
+export function legacyDerivedId(id: string, region: string, stream: string): string | undefined {
+  const prefix = `${region}:${stream}:`;
+  if (!id.startsWith(prefix)) return undefined;
+  const m = /^\d+:(\d+)$/.exec(id.slice(prefix.length));
+  return m ? `${prefix}${m[1]}` : undefined;
 }
 
 function readField(msg: SourceMessage, source: FieldSource): string | undefined {

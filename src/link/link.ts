@@ -1,5 +1,5 @@
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
-import type { ConsumerMessages, JetStreamManager, JsMsg } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamManager, JsMsg, StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
@@ -7,11 +7,14 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
-import { classifyJsError, ensureDurable } from "../nats/durable-consumer.js";
+import { classifyJsError } from "../nats/durable-consumer.js";
+import type { SourceRef } from "../nats/destination-markers.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
+import { positionCursor } from "./cursor.js";
+import { Destination } from "./destination.js";
 import type { BacklogReading } from "./backlog.js";
 import { GapDetector } from "./gap.js";
 import type { Gap } from "./gap.js";
@@ -27,6 +30,8 @@ export interface LinkDeps {
   readonly sourceRegion: RegionConfig;
   readonly source: NatsConnection;
   readonly dest: NatsConnection;
+  /** JetStream domain of the destination region, when it has one. */
+  readonly destDomain?: string;
   readonly guard: Guard;
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
@@ -53,7 +58,8 @@ export interface LinkStatus {
   readonly lastResync?: ResyncResult & { readonly reason: ResyncReason; readonly at: string };
 }
 
-type Trouble = "source" | "dest" | "guard";
+/** `refused`: the destination answers but will not store (full, or a refusal for the whole link): paused. */
+type Trouble = "source" | "dest" | "guard" | "refused";
 
 /**
  * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
@@ -71,7 +77,11 @@ export class Link {
   private readonly logger: Logger;
   private readonly probe: BacklogProbe;
   private jsm: JetStreamManager | undefined;
-  private readonly gapDetector: GapDetector;
+  private readonly destination: Destination;
+  /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
+  private sourceInfo: StreamInfo | undefined;
+  private destinationKnown = false;
+  private gapDetector: GapDetector;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
   private pendingResync: ResyncReason | undefined;
@@ -94,6 +104,7 @@ export class Link {
     this.logger = deps.logger.child({ link: config.name });
     this.state = new LinkStateMachine(config.name, deps.metrics, this.logger);
     this.publisher = new JetStreamPublisher(deps.dest, config.publishTimeoutMs);
+    this.destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceRef());
     this.pipeline = new Pipeline({
       link: config,
       links: deps.links,
@@ -101,10 +112,11 @@ export class Link {
       acks: new SourceAcks(deps.source),
       metrics: deps.metrics,
       logger: this.logger,
+      markers: this.destination.markers(),
       events: {
-        publishTrouble: (err) => this.trouble("dest", err),
+        publishTrouble: (err) => this.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),
         guardTrouble: (err) => this.trouble("guard", err),
-        healthy: () => this.clear("dest", "guard"),
+        healthy: () => this.clear("dest", "guard", "refused"),
         halt: (err) => this.fail(err),
       },
     });
@@ -219,9 +231,22 @@ export class Link {
     while (!this.abort.signal.aborted && this.state.state !== "failed") {
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
-        const { created } = await ensureDurable(this.jsm, config);
+        await this.readSource(this.jsm);
+        await this.refreshDestination();
+        if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
+        // The consumer went away under a running pipeline (deleted, or lost with its stream): what the
+        // pipeline holds is finished first, so the destination's markers say where a new cursor starts.
+        if (this.pipeline.size > 0) await this.pipeline.drained(AbortSignal.any([this.abort.signal, AbortSignal.timeout(2 * config.publishTimeoutMs)]));
+        const position = await positionCursor(
+          { link: config, jsm: this.jsm, dest: this.deps.dest, logger: this.logger, signal: this.abort.signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
+          this.sourceRef(),
+          this.pipeline.size === 0,
+        );
+        if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo);
+        if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
-        if (!created) this.inspect(await this.probe.read());
+        // (A consumer created from the start of the stream has no cursor to compare yet.)
+        if (!position.created || position.startSeq !== undefined) this.inspect(await this.probe.read());
         if (this.pendingResync) await this.resync(this.pendingResync);
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
@@ -242,6 +267,46 @@ export class Link {
         this.trouble("source", relayErr);
         await sleep(backoff.next(), this.abort.signal);
       }
+    }
+  }
+
+  /**
+   * Reads the source stream. Its creation time is its incarnation: a stream deleted and recreated under
+   * the same name restarts at seq 1, so derived ids and destination markers carry it, and gap tracking
+   * starts over.
+   */
+  private async readSource(jsm: JetStreamManager): Promise<void> {
+    const info = await jsm.streams.info(this.deps.config.from.stream);
+    const before = this.sourceInfo ? createdMs(this.sourceInfo) : undefined;
+    this.sourceInfo = info;
+    const now = createdMs(info);
+    this.pipeline.setIncarnation(now);
+    if (before !== undefined && now !== before) {
+      this.logger.warn({ stream: info.config.name, created: info.created }, "the source stream was recreated: a new incarnation starts at seq 1");
+      this.highestSeen = 0;
+      this.gapDetector = new GapDetector(this.deps.config.from.filterSubject !== undefined);
+    }
+  }
+
+  private sourceRef(): SourceRef {
+    const { config } = this.deps;
+    const created = this.sourceInfo ? createdMs(this.sourceInfo) : undefined;
+    return { region: config.from.region, stream: config.from.stream, ...(created !== undefined ? { createdMs: created } : {}) };
+  }
+
+  /**
+   * Reads the destination stream's limits and checks its subjects. A missing stream holds messages in
+   * the pipeline (retried by the poll timer); a stream that does not bind the link's subjects fails the link.
+   */
+  private async refreshDestination(): Promise<void> {
+    try {
+      this.pipeline.setDestination(await this.destination.facts(this.sourceInfo));
+      if (!this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
+      this.destinationKnown = true;
+    } catch (err) {
+      const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
+      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH) return this.fail(relayErr);
+      this.trouble("dest", relayErr);
     }
   }
 
@@ -285,7 +350,9 @@ export class Link {
     this.pollTimer = setTimeout(() => {
       this.probe
         .read()
-        .then((reading) => {
+        .then(async (reading) => {
+          if (!this.destinationKnown) await this.refreshDestination();
+          this.pipeline.keepAlive();
           this.backlog = reading;
           const labels = { link: this.name };
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
@@ -319,7 +386,7 @@ export class Link {
     if (this.abort.signal.aborted) return;
     const reason = this.lastError?.message;
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
-    if (this.troubles.has("guard")) return this.state.set("paused", reason);
+    if (this.troubles.has("guard") || this.troubles.has("refused")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
     if (!this.backlog) return;
     this.state.set(this.backlog.pending > this.deps.config.inFlight ? "catching-up" : "live");
@@ -397,4 +464,10 @@ export class Link {
     this.abort.abort();
     this.messages?.stop();
   }
+}
+
+/** A stream's creation time in ms since the epoch (its incarnation); undefined if the server did not say. */
+function createdMs(info: StreamInfo): number | undefined {
+  const ms = Date.parse(info.created);
+  return Number.isNaN(ms) ? undefined : ms;
 }

@@ -9,7 +9,8 @@ import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
 import type { SourceAcks } from "../nats/source-acks.js";
 import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
-import { newEntry, stripSet, toDeadLetter } from "./entry.js";
+import { newEntry, stripSet, toDeadLetter, toOversizedDeadLetter, wireSize } from "./entry.js";
+import { DestinationLedger } from "./destination-ledger.js";
 import { NanosFormatter, RelayHeaders } from "./headers.js";
 import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
@@ -23,8 +24,25 @@ export interface PipelineEvents {
   guardTrouble(err: RelayError): void;
   /** A publish and, with a guard, a commit went through again after trouble. */
   healthy(): void;
-  /** A message cannot be handled under the link's policy (`onBadMessage: halt`). */
+  /** A message cannot be handled under the link's policy (`onBadMessage: halt`), or the destination is not the link's. */
   halt(err: RelayError): void;
+}
+
+/** What the link read about its destination at start (stream info and the connection's limits). */
+export interface DestinationFacts {
+  readonly stream: string;
+  /** The largest message (headers + payload) the destination takes: min(server max_payload, stream max_msg_size). */
+  readonly maxMessageBytes: number;
+  /** The stream's duplicate window (ms): broker dedup forgets an id this long after storing it. */
+  readonly duplicateWindowMs: number;
+}
+
+/** Reads the link's `Relay-Source` markers in the destination (see destination-markers.ts). */
+export interface DestinationMarkers {
+  /** Source seq → destination seq for the `wanted` source sequences found at or after `fromDestSeq`. */
+  findStored(fromDestSeq: number, wanted: ReadonlySet<number>): Promise<ReadonlyMap<number, number>>;
+  /** The `Relay-Source` header and payload of the message at `destSeq`, for telling an id collision from a duplicate. */
+  storedAt(destSeq: number): Promise<{ readonly source: string; readonly data: Uint8Array } | undefined>;
 }
 
 export interface PipelineDeps {
@@ -36,6 +54,7 @@ export interface PipelineDeps {
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
   readonly events: PipelineEvents;
+  readonly markers: DestinationMarkers;
 }
 
 /**
@@ -82,6 +101,14 @@ export class Pipeline {
   private troubled = false;
   private halted = false;
   private drainWaiters: (() => void)[] = [];
+  private readonly ledger = new DestinationLedger();
+  private destination: DestinationFacts | undefined;
+  /** A look into the destination before a late retry is running: nothing is published meanwhile. */
+  private verifying = false;
+  /** The source stream's creation time (ms): part of derived ids. */
+  private incarnation: number | undefined;
+  /** A claim another owner holds: claims (and so publishes past it) wait until then. */
+  private claimHoldUntil = 0;
 
   constructor(private readonly deps: PipelineDeps) {
     this.entryContext = { link: deps.link, strip: stripSet(deps.link), time: new NanosFormatter() };
@@ -104,6 +131,30 @@ export class Pipeline {
     return undefined;
   }
 
+  /** The source stream's creation time (ms), read by the link before it consumes. */
+  setIncarnation(createdMs: number | undefined): void {
+    this.incarnation = createdMs;
+  }
+
+  /** What the link read about the destination; publishing waits until it is known. */
+  setDestination(facts: DestinationFacts): void {
+    this.destination = facts;
+    this.schedule();
+  }
+
+  /**
+   * Source sequences found in the destination by the link's start scan (ordered recovery): when they
+   * are delivered again they are acked as already stored, without a publish.
+   */
+  setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number): void {
+    this.ledger.setKnown(stored, upToSourceSeq);
+  }
+
+  /** The highest destination sequence this link has seen its messages at. */
+  get lastDestSeq(): number {
+    return this.ledger.lastDestSeq;
+  }
+
   /** The destination side: set when it connects, cleared when it goes away (publishing waits). */
   setPublisher(publisher: JetStreamPublisher | undefined): void {
     this.publisher = publisher;
@@ -117,10 +168,10 @@ export class Pipeline {
     const seq = msg.streamSequence;
     const known = this.bySeq.get(seq);
     if (known) {
-      known.replies.push(msg.reply); // a redelivery while we still hold it: ack both when done
+      known.reply = msg.reply; // a redelivery while we still hold it: its ack subject acks both
       return;
     }
-    const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link);
+    const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link, this.incarnation);
     if (!result.ok) {
       this.badMessage(msg, result.id, result.reason);
       return;
@@ -163,7 +214,7 @@ export class Pipeline {
     this.publishPos = 0;
     for (const entry of claimed) entry.state = "done";
     if (claimed.length > 0) {
-      await this.deps.guard.release(claimed.map(claimedItem)).catch((err: unknown) => {
+      await this.deps.guard.release(claimed.map((e) => claimedItem(e))).catch((err: unknown) => {
         this.deps.logger.warn({ err: toRelayError(err).message }, "could not release claims on stop; they expire by TTL");
       });
     }
@@ -213,6 +264,7 @@ export class Pipeline {
 
   private pump(): void {
     if (this.halted) return;
+    if (this.bySeq.size > 0 && this.claimHoldUntil > Date.now()) this.scheduleAt(this.claimHoldUntil);
     this.claimNext();
     this.publishReady();
     this.commitNext();
@@ -229,7 +281,8 @@ export class Pipeline {
    * with Redis on the same cores as the relay, the extra, smaller calls cost more than the overlap.)
    */
   private claimNext(): void {
-    if (this.claimInFlight || Date.now() < this.guardBlockedUntil || this.claimQueue.length === 0) return;
+    const now = Date.now();
+    if (this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
     const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
     if (batch.length === 0) return;
     // A retry after a failed call reuses its token: claims that landed although the reply was lost
@@ -246,7 +299,11 @@ export class Pipeline {
         end();
         this.claimRetryToken = undefined;
         this.guardRecovered();
-        batch.forEach((e, i) => this.applyClaim(e, results[i]));
+        const held: Entry[] = [];
+        batch.forEach((e, i) => {
+          if (this.applyClaim(e, results[i]) === "held") held.push(e);
+        });
+        if (held.length > 0) this.hold(held);
       })
       .catch((err: unknown) => {
         // Nothing was claimed that we know of: the batch goes back to the front, in order.
@@ -259,8 +316,8 @@ export class Pipeline {
       });
   }
 
-  private applyClaim(entry: Entry, result: ClaimResult | undefined): void {
-    if (entry.state !== "claim") return; // abandoned meanwhile
+  private applyClaim(entry: Entry, result: ClaimResult | undefined): "held" | undefined {
+    if (entry.state !== "claim") return undefined; // abandoned meanwhile
     const decision = result?.decision ?? "in-flight";
     if (this.debugOn) this.debug(decision, entry.identity.id, { storedVersion: result?.storedVersion });
     switch (decision) {
@@ -276,78 +333,195 @@ export class Pipeline {
             this.debug("stale", entry.identity.id, { uncommittedVersion: pending });
             this.correct("stale_version");
             this.finish(entry, "stale");
-            return;
+            return undefined;
           }
           this.uncommittedVersions.set(entity, version);
         }
         entry.state = "ready";
-        return;
+        return undefined;
       }
       case "duplicate":
         this.correct("guard_duplicate");
         this.finish(entry, "duplicate");
-        return;
+        return undefined;
       case "stale":
         this.correct("stale_version");
         this.finish(entry, "stale");
-        return;
+        return undefined;
       case "in-flight":
-        // Another relay holds the claim: leave it to that relay, look again after its claim could expire.
-        for (const reply of entry.replies) this.deps.acks.nak(reply, this.deps.link.ackWaitMs);
-        this.remove(entry);
-        return;
+        return "held";
+    }
+  }
+
+  /**
+   * Claims another owner still holds (a crashed or paused process, a rollout's old pod): the messages
+   * wait where they are, and nothing after them is published, until that owner commits (then they are
+   * duplicates) or its claims expire (then they are ours). Skipping them would let newer messages
+   * overtake them in the destination.
+   */
+  private hold(held: Entry[]): void {
+    this.claimQueue = [...held, ...this.claimQueue]; // back to the front, in arrival order
+    const waitMs = Math.min(1_000, Math.max(50, Math.floor(this.deps.link.ackWaitMs / 10)));
+    this.claimHoldUntil = Date.now() + waitMs;
+    this.scheduleAt(this.claimHoldUntil);
+    this.deps.metrics.held.inc(this.label, held.length);
+    const first = held[0];
+    if (first) {
+      this.deps.logger.info({ id: first.identity.id, seq: first.seq, held: held.length }, "claim held by another owner: waiting for it to commit or expire before relaying newer messages");
     }
   }
 
   // ---- publish: strictly in arrival order, rolled back on failure ------------------------------------
   private publishReady(): void {
     const publisher = this.publisher;
-    if (!publisher || Date.now() < this.publishBlockedUntil) return;
+    const dest = this.destination;
+    if (!publisher || !dest) return;
     if (this.publishPos < this.head) this.publishPos = this.head;
-    while (this.publishPos < this.entries.length) {
+    // Every pass re-checks the blocks: a callback run meanwhile may have rolled back or halted.
+    while (this.publishPos < this.entries.length && !this.halted && !this.verifying && Date.now() >= this.publishBlockedUntil) {
       const entry = this.entries[this.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
+      if (entry.state !== "ready") {
+        this.publishPos++;
+        continue;
+      }
+      if (entry.data.length > 0 && wireSize(entry) > dest.maxMessageBytes) {
+        this.oversized(entry, dest);
+        continue; // now a dead-letter record (or the link halted): looked at again
+      }
+      if (entry.deadLetterReason === undefined) {
+        const storedAt = this.ledger.storedAt(entry.seq);
+        if (storedAt !== undefined) {
+          // Found in the destination by the start scan: stored by an earlier process, not yet acked.
+          this.publishPos++;
+          this.onStored(entry, { stream: dest.stream, seq: storedAt, duplicate: true }, "found in the destination at start");
+          continue;
+        }
+        if (entry.firstAttemptMs > 0 && Date.now() - entry.firstAttemptMs >= this.lateRetryMs(dest)) {
+          this.verifyLateRetries(this.publishPos, dest);
+          return;
+        }
+      }
       this.publishPos++;
-      if (entry.state !== "ready") continue;
       entry.state = "publishing";
       const attempt = ++entry.attempt;
       entry.publishStartedAt = performance.now();
+      if (entry.firstAttemptMs === 0) {
+        entry.firstAttemptMs = Date.now();
+        entry.destFloor = this.ledger.lastDestSeq;
+      }
       publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.onPubAck(entry, attempt, err, ack));
     }
+  }
+
+  /**
+   * A retry this long after the first attempt may find broker dedup has forgotten the id (its window
+   * counts from when the first copy was stored, which is no earlier than the first attempt): half the
+   * window leaves room for the retry's own way to the server.
+   */
+  private lateRetryMs(dest: DestinationFacts): number {
+    return Math.max(1, Math.floor(dest.duplicateWindowMs / 2));
+  }
+
+  /**
+   * Before a late retry, look in the destination for the messages' `Relay-Source` markers above the
+   * highest destination sequence known at their first attempt: what is there is not published again.
+   */
+  private verifyLateRetries(from: number, dest: DestinationFacts): void {
+    const late: Entry[] = [];
+    const cutoff = Date.now() - this.lateRetryMs(dest);
+    for (let i = from; i < this.entries.length && late.length < this.deps.link.batchSize; i++) {
+      const e = this.entries[i];
+      if (!e || e.state === "claim") break;
+      if (e.state !== "ready" || e.deadLetterReason !== undefined) continue;
+      if (e.firstAttemptMs === 0 || e.firstAttemptMs > cutoff) break;
+      late.push(e);
+    }
+    const floor = Math.min(...late.map((e) => e.destFloor));
+    this.verifying = true;
+    this.deps.markers
+      .findStored(floor + 1, new Set(late.map((e) => e.seq)))
+      .then((found) => {
+        let published = 0;
+        for (const e of late) {
+          if (e.state !== "ready") continue;
+          const destSeq = found.get(e.seq);
+          if (destSeq !== undefined) {
+            this.onStored(e, { stream: dest.stream, seq: destSeq, duplicate: true }, "found in the destination before a late retry");
+          } else {
+            e.firstAttemptMs = Date.now(); // not there: this retry is a fresh first attempt
+            e.destFloor = this.ledger.lastDestSeq;
+            published++;
+          }
+        }
+        this.deps.logger.info({ checked: late.length, found: late.length - published, fromDestSeq: floor + 1 }, "late retry: looked for the messages in the destination first");
+      })
+      .catch((err: unknown) => {
+        const head = late[0];
+        const index = head ? this.entries.indexOf(head, this.head) : -1;
+        this.rollback(index >= 0 ? index : this.head, toRelayError(err, ErrorCodes.PUBLISH_FAILED), true);
+      })
+      .finally(() => {
+        this.verifying = false;
+        this.schedule();
+      });
+  }
+
+  /** Larger than the destination takes (headers included): never published as is. */
+  private oversized(entry: Entry, dest: DestinationFacts): void {
+    const size = wireSize(entry);
+    const reason = `message is ${size} bytes with headers; the destination takes at most ${dest.maxMessageBytes}`;
+    if (entry.deadLetterReason !== undefined) {
+      // Already on its way to the dead-letter subject, and too large for it too: park the record only.
+      toOversizedDeadLetter(entry, entry.subject, this.deps.link.name, `${entry.deadLetterReason}; ${reason}`);
+      return;
+    }
+    const err = new RelayError(ErrorCodes.MESSAGE_TOO_LARGE, `link ${this.deps.link.name}: message ${entry.identity.id} (source seq ${entry.seq}): ${reason}`);
+    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.rejectMessage(entry, err, reason, true);
+  }
+
+  /** The bad-message policy for a message the destination will not take: halt, or park it on the dead-letter subject. */
+  private rejectMessage(entry: Entry, err: RelayError, reason: string, oversized: boolean): void {
+    const policy = this.deps.link.badMessage;
+    if (policy.action === "halt") {
+      this.halted = true;
+      this.deps.events.halt(err);
+      return;
+    }
+    this.deps.logger.warn({ id: entry.identity.id, seq: entry.seq, code: err.code, reason, deadLetter: policy.subject }, "message refused by the destination: dead-lettering");
+    this.forgetVersion(entry); // a dead-lettered version was never applied
+    if (oversized) toOversizedDeadLetter(entry, policy.subject, this.deps.link.name, reason);
+    else toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
+    entry.firstAttemptMs = 0;
   }
 
   private onPubAck(entry: Entry, attempt: number, err: RelayError | null, ack: PubAck | null): void {
     if (entry.state !== "publishing" && entry.state !== "ready") return;
     if (ack) {
       // A success is a success whatever attempt it answers: the message is in the stream.
-      entry.state = "published";
       this.counters.publishDuration.observe((performance.now() - entry.publishStartedAt) / 1000);
-      if (ack.duplicate) {
-        this.correct("broker_duplicate");
-        if (this.debugOn) this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
+      const dest = this.destination;
+      if (dest && entry.deadLetterReason === undefined && ack.stream !== dest.stream) {
+        const mismatch = new RelayError(
+          ErrorCodes.DESTINATION_MISMATCH,
+          `link ${this.deps.link.name}: subject ${entry.subject} is stored by stream ${ack.stream}, not the link's destination ${dest.stream} (message ${entry.identity.id}, source seq ${entry.seq}, now at ${ack.stream} seq ${ack.seq}); bind the subject to ${dest.stream} or change the link`,
+        );
+        this.deps.metrics.errors.inc({ ...this.label, code: mismatch.code });
+        this.halted = true;
+        this.deps.events.halt(mismatch);
+        return;
       }
-      entry.brokerDuplicate = ack.duplicate;
-      this.publishRecovered();
-      if (this.deps.guard.kind === "none") {
-        this.finish(entry, this.outcomeOf(entry));
-      } else {
-        this.commitQueue.push(entry);
-        this.schedule();
-      }
+      this.onStored(entry, ack);
       return;
     }
     if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
     const index = this.entries.indexOf(entry, this.head);
-    if (err.code === ErrorCodes.PUBLISH_REJECTED && entry.deadLetterReason === undefined) {
-      const policy = this.deps.link.badMessage;
+    if (err.code === ErrorCodes.MESSAGE_TOO_LARGE && entry.data.length > 0) {
+      // The stream's own limit was lower than the one read at start (changed since): as if known before.
       this.deps.metrics.errors.inc({ ...this.label, code: err.code });
-      if (policy.action === "halt") {
-        this.halted = true;
-        this.deps.events.halt(err);
-        return;
-      }
-      this.deps.logger.warn({ id: entry.identity.id, seq: entry.seq, reason: err.message }, "destination rejected message: dead-lettering");
-      toDeadLetter(entry, policy.subject, this.deps.link.name, err.message);
+      if (entry.deadLetterReason !== undefined) toOversizedDeadLetter(entry, entry.subject, this.deps.link.name, `${entry.deadLetterReason}; ${err.message}`);
+      else this.rejectMessage(entry, err, err.message, true);
       if (index >= 0) this.publishPos = Math.min(this.publishPos, index);
       this.schedule();
       return;
@@ -355,8 +529,59 @@ export class Pipeline {
     if (index >= 0) this.rollback(index, err);
   }
 
+  /** The message is in the destination (a PubAck, or found by its marker): on to commit and ack. */
+  private onStored(entry: Entry, ack: PubAck, foundBy?: string): void {
+    entry.state = "published";
+    entry.brokerDuplicate = ack.duplicate;
+    if (entry.deadLetterReason === undefined) {
+      const reorder = this.ledger.stored(entry.seq, ack.seq, !ack.duplicate);
+      if (reorder) {
+        this.deps.metrics.reordered.inc(this.label);
+        this.deps.logger.warn(
+          { id: entry.identity.id, ...reorder },
+          "the destination stored a message after a later one (an earlier publish failed while later ones in flight were stored)",
+        );
+      }
+    }
+    if (ack.duplicate) {
+      this.correct("broker_duplicate");
+      if (foundBy) this.deps.logger.info({ id: entry.identity.id, seq: entry.seq, destSeq: ack.seq }, `${foundBy}: not published again`);
+      else this.checkCollision(entry, ack.seq);
+      if (this.debugOn) this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
+    }
+    this.publishRecovered();
+    if (this.deps.guard.kind === "none") {
+      this.finish(entry, this.outcomeOf(entry));
+    } else {
+      this.commitQueue.push(entry);
+      this.schedule();
+    }
+  }
+
+  /**
+   * A duplicate answer names the stored message's sequence. When that message came from another source
+   * position and holds another payload, two different messages share an id: the second is not stored,
+   * and that must not be silent.
+   */
+  private checkCollision(entry: Entry, destSeq: number): void {
+    if (entry.deadLetterReason !== undefined) return;
+    const ours = entry.headers.get(RelayHeaders.Source) ?? "";
+    const data = entry.data;
+    this.deps.markers
+      .storedAt(destSeq)
+      .then((stored) => {
+        if (!stored || stored.source === ours || Buffer.compare(Buffer.from(stored.data), Buffer.from(data)) === 0) return;
+        this.deps.metrics.idCollisions.inc(this.label);
+        this.deps.logger.error(
+          { id: entry.identity.id, source: ours, storedSource: stored.source, destSeq },
+          "id collision: the destination holds a different message under this Nats-Msg-Id; this one was not stored",
+        );
+      })
+      .catch((err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message, destSeq }, "could not read a duplicate's stored copy"));
+  }
+
   /** Everything from `index` on that has no PubAck is published again, in order, after a backoff. */
-  private rollback(index: number, err: RelayError): void {
+  private rollback(index: number, err: RelayError, force = false): void {
     let rolled = 0;
     const from = Math.max(this.head, index);
     for (let i = from; i < this.entries.length; i++) {
@@ -368,7 +593,7 @@ export class Pipeline {
       }
     }
     this.publishPos = Math.min(this.publishPos, from);
-    if (rolled === 0 && index > this.head) return;
+    if (rolled === 0 && index > this.head && !force) return;
     this.deps.metrics.errors.inc({ ...this.label, code: err.code });
     this.troubled = true;
     this.publishBlockedUntil = Date.now() + this.publishBackoff.next();
@@ -390,7 +615,8 @@ export class Pipeline {
     const withTokens = batch.filter((e) => e.token !== undefined);
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
     this.deps.guard
-      .commit(withTokens.map(claimedItem))
+      // A dead-lettered message was not applied: its id is done, its entity's version does not move.
+      .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)))
       .then(() => {
         end();
         this.guardRecovered();
@@ -414,8 +640,31 @@ export class Pipeline {
     return entry.brokerDuplicate ? "duplicate" : "relayed";
   }
 
+  /** Drops the entity's pending version when it is this entry's (it will not be applied). */
+  private forgetVersion(entry: Entry): void {
+    const { entity, version } = entry.identity;
+    if (entity !== undefined && this.uncommittedVersions.get(entity) === version) this.uncommittedVersions.delete(entity);
+  }
+
+  /**
+   * In-progress acks for messages held longer than half the ack wait (a slow or paused destination, a
+   * held claim): the source would otherwise redeliver the whole window across the WAN every ack wait.
+   * Called by the link's timer; returns how many were sent.
+   */
+  keepAlive(): number {
+    const now = performance.now();
+    const after = this.deps.link.ackWaitMs / 2;
+    let sent = 0;
+    for (const e of this.bySeq.values()) {
+      if (now - Math.max(e.receivedAt, e.workingSentAt) < after) continue;
+      if (this.deps.acks.working(e.reply)) sent++;
+      e.workingSentAt = now;
+    }
+    return sent;
+  }
+
   private finish(entry: Entry, outcome: MessageOutcome): void {
-    for (const reply of entry.replies) this.deps.acks.ack(reply);
+    this.deps.acks.ack(entry.reply);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
       this.uncommittedVersions.delete(entity); // committed (or stale): the guard knows it now
@@ -504,6 +753,7 @@ export class Pipeline {
   }
 }
 
-function claimedItem(e: Entry) {
-  return { id: e.identity.id, entity: e.identity.entity, version: e.identity.version, token: e.token ?? "" };
+function claimedItem(e: Entry, withVersion = true) {
+  const { id, entity, version } = e.identity;
+  return withVersion ? { id, entity, version, token: e.token ?? "" } : { id, token: e.token ?? "" };
 }

@@ -4,12 +4,16 @@ import { nanos } from "@nats-io/nats-core";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 
-/** The source cursor of a link (DESIGN §2.1): its ack floor advances only after the destination has it. */
-export function durableConfig(link: LinkConfig): Partial<ConsumerConfig> & { durable_name: string } {
+/**
+ * The source cursor of a link (DESIGN §2.1): its ack floor advances only after the destination has it.
+ * `startSeq`: where a new cursor starts (after what the destination already holds); from the start when absent.
+ */
+export function durableConfig(link: LinkConfig, startSeq?: number): Partial<ConsumerConfig> & { durable_name: string } {
+  const start = startSeq !== undefined && startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All };
   return {
     durable_name: link.durableName,
     ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
+    ...start,
     replay_policy: ReplayPolicy.Instant,
     max_deliver: -1,
     ack_wait: nanos(link.ackWaitMs),
@@ -21,11 +25,11 @@ export function durableConfig(link: LinkConfig): Partial<ConsumerConfig> & { dur
 }
 
 /**
- * Creates the link's durable pull consumer, or brings an existing one to the link's settings. Safe to call
- * on every start and from several relays at once. A filter change on an existing consumer is refused
- * (it would move the cursor): the error says how to proceed.
+ * Reads the link's durable pull consumer and brings it to the link's settings; undefined when it does
+ * not exist (the caller decides where a new one starts). Safe to call on every start. A filter change on
+ * an existing consumer is refused (it would move the cursor): the error says how to proceed.
  */
-export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Promise<{ info: ConsumerInfo; created: boolean }> {
+export async function readDurable(jsm: JetStreamManager, link: LinkConfig): Promise<ConsumerInfo | undefined> {
   const want = durableConfig(link);
   const stream = link.from.stream;
   try {
@@ -35,7 +39,7 @@ export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Pr
     } catch (err) {
       if (!isApiCode(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
     }
-    if (!info) return { info: await jsm.consumers.add(stream, want), created: true };
+    if (!info) return undefined;
     const have = info.config;
     if ((have.filter_subject ?? "") !== (want.filter_subject ?? "")) {
       throw new RelayError(
@@ -50,9 +54,28 @@ export async function ensureDurable(jsm: JetStreamManager, link: LinkConfig): Pr
         max_deliver: -1,
         description: want.description,
       });
-      return { info: updated, created: false };
+      return updated;
     }
-    return { info, created: false };
+    return info;
+  } catch (err) {
+    throw classifyJsError(err, `link ${link.name}: source stream ${stream} in region ${link.from.region}`);
+  }
+}
+
+/**
+ * Creates the durable starting at `startSeq` (from the start when absent), replacing any consumer of that
+ * name: the way to move a cursor on servers without a consumer reset API (2.9, 2.10). The caller owns the
+ * link (nobody else consumes from it meanwhile).
+ */
+export async function createDurable(jsm: JetStreamManager, link: LinkConfig, startSeq?: number, replace = false): Promise<ConsumerInfo> {
+  const stream = link.from.stream;
+  try {
+    if (replace) {
+      await jsm.consumers.delete(stream, link.durableName).catch((err: unknown) => {
+        if (!isApiCode(err, JetStreamApiCodes.ConsumerNotFound)) throw err;
+      });
+    }
+    return await jsm.consumers.add(stream, durableConfig(link, startSeq));
   } catch (err) {
     throw classifyJsError(err, `link ${link.name}: source stream ${stream} in region ${link.from.region}`);
   }

@@ -59,7 +59,10 @@ export class JetStreamPublisher {
       this.nc.publish(subject, data, { headers, reply: `${this.prefix}${id}` });
     } catch (err) {
       this.pending.delete(id);
-      cb(new RelayError(ErrorCodes.PUBLISH_FAILED, `publish to ${subject} failed`, { cause: err }), null);
+      // Never call back inside publish(): a caller that retries from its callback would spin without
+      // ever yielding to the event loop (health checks, timers and signals would starve).
+      const failure = new RelayError(ErrorCodes.PUBLISH_FAILED, `publish to ${subject} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      setImmediate(() => cb(failure, null));
     }
   }
 
@@ -98,6 +101,28 @@ export class JetStreamPublisher {
   }
 }
 
+/** JetStream API error codes (`err_code`) the relay tells apart. */
+const JsErrCode = {
+  /** JSStreamMessageExceedsMaximumErr: larger than the stream's max_msg_size. */
+  MessageTooLarge: 10054,
+  /** JSStreamStoreFailedF: "maximum messages/bytes exceeded" on a discard-new stream, or a store failure. */
+  StoreFailed: 10077,
+  /** JSInsufficientResourcesErr. */
+  InsufficientResources: 10023,
+} as const;
+
+/**
+ * By the server's error code, never its text: a message too large is that message's problem (the
+ * bad-message policy); a full destination pauses the link; other 5xx (no leader, timeouts) heal by
+ * themselves; any other 4xx concerns the link as a whole, which pauses rather than dead-lettering its
+ * stream one message at a time.
+ */
+function classifyPubAckError(code: number, errCode: number) {
+  if (errCode === JsErrCode.MessageTooLarge) return ErrorCodes.MESSAGE_TOO_LARGE;
+  if (errCode === JsErrCode.StoreFailed || errCode === JsErrCode.InsufficientResources) return ErrorCodes.DESTINATION_FULL;
+  return code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
+}
+
 interface PubAckJson {
   stream?: string;
   seq?: number;
@@ -119,9 +144,7 @@ export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string)
   if (body.error) {
     const { code = 0, err_code: errCode = 0, description = "unknown error" } = body.error;
     const text = `destination rejected ${subject}: ${description} (code ${code}, err_code ${errCode})`;
-    // 5xx (no leader, timeouts, resources) heal by themselves; 4xx (too large, wrong stream) do not.
-    const relayCode = code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
-    return [new RelayError(relayCode, text), null];
+    return [new RelayError(classifyPubAckError(code, errCode), text), null];
   }
   if (typeof body.seq !== "number" || typeof body.stream !== "string") {
     return [new RelayError(ErrorCodes.PUBLISH_FAILED, `malformed PubAck for ${subject}`), null];

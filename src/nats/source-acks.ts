@@ -2,6 +2,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 
 const ACK = new TextEncoder().encode("+ACK");
 const NAK = new TextEncoder().encode("-NAK");
+const WIP = new TextEncoder().encode("+WPI");
 
 /**
  * Acks and naks source deliveries by their ack subject: the same one-line publishes the client's
@@ -14,6 +15,11 @@ export class SourceAcks {
 
   ack(reply: string): boolean {
     return this.send(reply, ACK);
+  }
+
+  /** In progress: the server restarts the delivery's ack wait instead of redelivering it. */
+  working(reply: string): boolean {
+    return this.send(reply, WIP);
   }
 
   /** Redeliver after `delayMs` (0: as soon as the server likes). */

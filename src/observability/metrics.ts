@@ -79,6 +79,24 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    reordered: new Counter({
+      name: "relay_reordered_total",
+      help: "Messages the destination stored after a message that comes later in source order (a publish failed while later ones in flight were stored)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    idCollisions: new Counter({
+      name: "relay_id_collisions_total",
+      help: "Messages not stored because the destination holds a different message under the same Nats-Msg-Id",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    held: new Counter({
+      name: "relay_claims_held_total",
+      help: "Messages whose guard claim another owner still held: the pipeline waited for it rather than letting newer messages pass",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     gapMessages: new Counter({
       name: "relay_gap_messages_total",
       help: "Source messages deleted by retention before the link relayed them",

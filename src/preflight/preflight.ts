@@ -121,7 +121,7 @@ async function openRegion(region: RegionConfig, logger: Logger, timeoutMs: numbe
   }
 }
 
-function streamFacts(info: StreamInfo): StreamFact {
+export function streamFacts(info: StreamInfo): StreamFact {
   const c = info.config;
   return {
     kind: "found",

@@ -1,5 +1,5 @@
 import { connect } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { NatsConnection, MsgHdrs } from "@nats-io/nats-core";
 import { headers as createHeaders, nanos } from "@nats-io/nats-core";
 
@@ -112,4 +112,14 @@ export function exactlyOnce(ids: readonly string[], expected: readonly string[])
     missing: expected.filter((id) => !seen.has(id)),
     duplicated: [...seen].filter(([, n]) => n > 1).map(([id]) => id),
   };
+}
+
+/**
+ * A link cursor (durable consumer) at the start of `stream`, made before the relay starts: a relay that
+ * finds no consumer creates one after what the destination already holds, so a test that wants a
+ * cursor to pass over messages again makes it itself (the relay brings its other settings in line).
+ */
+export async function createCursorFromStart(nc: NatsConnection, stream: string, durable: string): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.consumers.add(stream, { durable_name: durable, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, max_deliver: -1 });
 }

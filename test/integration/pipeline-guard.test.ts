@@ -87,8 +87,10 @@ links:
     metrics: createMetrics(undefined, { defaultMetrics: false }),
     logger,
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
   });
   pipeline.setPublisher(publisher);
+  pipeline.setDestination({ stream: dst, maxMessageBytes: 1024 * 1024, duplicateWindowMs: 120_000 });
   const delivery = (seq: number): Delivery => ({
     subject: `${dst}.x`,
     reply: `$JS.ACK.SRC.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,

@@ -80,7 +80,9 @@ test("PubAck parsing: stored, duplicate, not stored, errors by class, no respond
   assert.deepEqual(parsePubAck(msg('{"stream":"S","seq":4,"duplicate":true}'), "s")[1]?.duplicate, true);
   assert.equal(parsePubAck(msg('{"stream":"S","seq":0,"duplicate":true}'), "s")[0]?.code, "PUBLISH_NOT_STORED");
   assert.equal(parsePubAck(msg('{"error":{"code":503,"err_code":10008,"description":"no leader"}}'), "s")[0]?.code, "PUBLISH_FAILED");
-  assert.equal(parsePubAck(msg('{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}'), "s")[0]?.code, "PUBLISH_REJECTED");
+  assert.equal(parsePubAck(msg('{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}'), "s")[0]?.code, "MESSAGE_TOO_LARGE");
+  assert.equal(parsePubAck(msg('{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}'), "s")[0]?.code, "DESTINATION_FULL");
+  assert.equal(parsePubAck(msg('{"error":{"code":400,"err_code":10999,"description":"some other refusal"}}'), "s")[0]?.code, "PUBLISH_REJECTED");
   assert.equal(parsePubAck({ data: new Uint8Array(), headers: { code: 503 } } as never, "s")[0]?.code, "PUBLISH_FAILED");
   assert.equal(parsePubAck(msg("not json"), "s")[0]?.code, "PUBLISH_FAILED");
 });

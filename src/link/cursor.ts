@@ -1,0 +1,97 @@
+import type { ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { createDurable, readDurable } from "../nats/durable-consumer.js";
+import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
+import type { SourceRef } from "../nats/destination-markers.js";
+
+export interface CursorDeps {
+  readonly link: LinkConfig;
+  /** JetStream API of the source region. */
+  readonly jsm: JetStreamManager;
+  /** The destination region's connection, and its JetStream domain. */
+  readonly dest: NatsConnection;
+  readonly destDomain?: string;
+  readonly logger: Logger;
+  readonly signal?: AbortSignal;
+}
+
+export interface CursorPosition {
+  readonly info: ConsumerInfo;
+  /** The consumer did not exist: a new one was created (at `startSeq`). */
+  readonly created: boolean;
+  /** It existed with messages a previous owner held: it was moved back to its ack floor + 1. */
+  readonly repositioned: boolean;
+  /** Where a new or moved cursor starts (undefined: the start of the stream, or not moved). */
+  readonly startSeq?: number;
+  /** Source seq → destination seq of this link's messages above the ack floor already in the destination. */
+  readonly stored: ReadonlyMap<number, number>;
+  /** The highest source sequence `stored` speaks for (0 when nothing was read). */
+  readonly storedUpTo: number;
+}
+
+/** Messages read at most from the destination when positioning a cursor (native sourcing reads all). */
+const MAX_SCAN = 200_000;
+
+/**
+ * Places the link's source cursor before it consumes (DESIGN §2.1, ordered recovery):
+ * - no consumer (first start, deleted by an operator, lost with its stream's state): a new one starts
+ *   after the last source sequence the destination holds for this link (its newest `Relay-Source`
+ *   marker), never at the start of a stream the destination already has;
+ * - a consumer with ack-pending messages, when this process holds none of them (it just started, or
+ *   took the link over): those were held by a process that died or was stopped. JetStream would deliver
+ *   newer messages at once and those only after their ack wait, so they would land after newer ones:
+ *   the cursor is moved back to ack floor + 1, and the ones the destination already holds are read
+ *   from it, so they are acked without a second copy, however long ago they were stored.
+ * The caller owns the link: nobody else consumes from the durable meanwhile.
+ */
+export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsNothing: boolean): Promise<CursorPosition> {
+  const { link, jsm, logger } = deps;
+  const existing = await readDurable(jsm, link);
+  const markers = { stream: link.to.stream, source, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
+  if (!existing) {
+    const last = await lastStoredSourceSeq(deps.dest, { ...markers, maxScan: MAX_SCAN });
+    const startSeq = last.sourceSeq === undefined ? undefined : last.sourceSeq + 1;
+    const info = await createDurable(jsm, link, startSeq);
+    if (startSeq !== undefined) {
+      logger.info({ durable: link.durableName, startSeq, destSeq: last.destSeq }, `no source consumer: created one starting after source seq ${startSeq - 1}, the last the destination holds for this link`);
+    } else {
+      const why = last.complete ? "the destination holds none of this link's messages" : `none of this link's messages in the last ${last.scanned} destination messages`;
+      (last.complete ? logger.info.bind(logger) : logger.warn.bind(logger))({ durable: link.durableName, scanned: last.scanned }, `no source consumer: created one from the start of the stream (${why})`);
+    }
+    return { info, created: true, repositioned: false, ...(startSeq !== undefined ? { startSeq } : {}), stored: new Map(), storedUpTo: 0 };
+  }
+  if (!holdsNothing || existing.num_ack_pending === 0) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0 };
+  const floor = existing.ack_floor.stream_seq;
+  const stored = await storedAbove(deps.dest, markers, floor);
+  const info = await createDurable(jsm, link, floor + 1, true);
+  const storedUpTo = Math.max(floor, ...stored.keys());
+  logger.info(
+    { durable: link.durableName, ackPending: existing.num_ack_pending, startSeq: floor + 1, alreadyStored: stored.size },
+    `ordered recovery: ${existing.num_ack_pending} messages were held by a previous owner; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,
+  );
+  return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo };
+}
+
+/**
+ * The link's markers with a source seq above `floor`: read backwards from the end of the destination
+ * in growing spans until a span reaches a marker at or below the floor (or the start, or MAX_SCAN).
+ */
+async function storedAbove(
+  dest: NatsConnection,
+  markers: { stream: string; domain?: string; source: SourceRef; signal?: AbortSignal },
+  floor: number,
+): Promise<Map<number, number>> {
+  const last = await lastStoredSourceSeq(dest, { ...markers, maxScan: MAX_SCAN });
+  if (last.sourceSeq === undefined || last.destSeq === undefined || last.sourceSeq <= floor) return new Map();
+  for (let span = 1_024; ; span *= 4) {
+    const from = Math.max(1, last.destSeq - span + 1);
+    const found = await findStoredSourceSeqs(dest, { ...markers, fromDestSeq: from });
+    const reachedFloor = [...found.keys()].some((seq) => seq <= floor);
+    if (reachedFloor || from === 1 || span >= MAX_SCAN) {
+      for (const seq of [...found.keys()]) if (seq <= floor) found.delete(seq);
+      return found;
+    }
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * What one link knows about its own messages in the destination stream, from PubAcks and from the
+ * `Relay-Source` markers it read there (DESIGN §2.1, §2.5). The pipeline asks it three things:
+ * - is this source sequence known to be stored already (read from the destination at start)?
+ * - what is the highest destination sequence seen (a retried message's copy can only be above the
+ *   value it had at the message's first attempt)?
+ * - was a message just stored after a message that comes later in source order (a reorder the server
+ *   made while an earlier publish failed)? Counted and logged, never silent.
+ */
+export interface StoredReorder {
+  /** The message stored late. */
+  readonly sourceSeq: number;
+  readonly destSeq: number;
+  /** The later source message that was stored before it. */
+  readonly laterSourceSeq: number;
+  readonly laterDestSeq: number;
+}
+
+export class DestinationLedger {
+  private lastDest = 0;
+  private maxSource = 0;
+  private maxSourceDest = 0;
+  private known = new Map<number, number>();
+  private knownUpTo = 0;
+
+  /** The highest destination sequence seen in any PubAck of this link or in a marker it read. */
+  get lastDestSeq(): number {
+    return this.lastDest;
+  }
+
+  /**
+   * Source sequences found stored in the destination by a scan (source seq → destination seq), and the
+   * highest source sequence the scan covered. Replaces what an earlier scan said.
+   */
+  setKnown(stored: ReadonlyMap<number, number>, upToSourceSeq: number): void {
+    this.known = new Map(stored);
+    this.knownUpTo = upToSourceSeq;
+    for (const dest of stored.values()) if (dest > this.lastDest) this.lastDest = dest;
+  }
+
+  /** The destination sequence holding `sourceSeq`, when a scan found it; forgotten once asked past. */
+  storedAt(sourceSeq: number): number | undefined {
+    if (sourceSeq > this.knownUpTo) return undefined;
+    const dest = this.known.get(sourceSeq);
+    if (dest !== undefined) this.known.delete(sourceSeq);
+    return dest;
+  }
+
+  /**
+   * Records that `sourceSeq` is in the destination at `destSeq`. `fresh`: this publish stored it (not a
+   * duplicate answer). Returns the reorder when a later source message was stored before it.
+   */
+  stored(sourceSeq: number, destSeq: number, fresh: boolean): StoredReorder | undefined {
+    if (destSeq > this.lastDest) this.lastDest = destSeq;
+    if (!fresh) return undefined;
+    let reorder: StoredReorder | undefined;
+    if (sourceSeq < this.maxSource && destSeq > this.maxSourceDest) {
+      reorder = { sourceSeq, destSeq, laterSourceSeq: this.maxSource, laterDestSeq: this.maxSourceDest };
+    }
+    if (sourceSeq > this.maxSource) {
+      this.maxSource = sourceSeq;
+      this.maxSourceDest = destSeq;
+    }
+    return reorder;
+  }
+
+  /** After the source cursor moved back (a consumer reset): source order restarts from there. */
+  resetOrder(): void {
+    this.maxSource = 0;
+    this.maxSourceDest = 0;
+  }
+}

@@ -1,0 +1,87 @@
+import { jetstreamManager, JetStreamApiCodes } from "@nats-io/jetstream";
+import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
+import { millis } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
+import { findStoredSourceSeqs } from "../nats/destination-markers.js";
+import type { SourceRef } from "../nats/destination-markers.js";
+import { unboundSubjects } from "../preflight/checks.js";
+import { streamFacts } from "../preflight/preflight.js";
+import { RelayHeaders } from "./headers.js";
+import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
+
+/** The NATS default, for a server that does not say. */
+const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
+
+/**
+ * One link's view of its destination stream: what it accepts (read before publishing, so that the relay
+ * protects the stream binding itself instead of storing `Nats-Expected-Stream` in every message) and
+ * the `Relay-Source` markers it holds.
+ */
+export class Destination {
+  private jsm: JetStreamManager | undefined;
+
+  constructor(
+    private readonly link: LinkConfig,
+    private readonly nc: NatsConnection,
+    private readonly domain: string | undefined,
+    /** The source as markers name it (its incarnation changes when the source stream is recreated). */
+    private readonly source: () => SourceRef,
+  ) {}
+
+  /**
+   * Reads the destination stream and checks that it binds every subject the link publishes.
+   * Rejects with STREAM_NOT_FOUND (retryable: it may be created) or DESTINATION_MISMATCH (a subject
+   * the link publishes would be stored by another stream or refused).
+   */
+  async facts(sourceInfo: StreamInfo | undefined): Promise<DestinationFacts> {
+    const { link } = this;
+    const where = `link ${link.name}: destination stream ${link.to.stream} in region ${link.to.region}`;
+    let info: StreamInfo;
+    try {
+      info = await (await this.manager()).streams.info(link.to.stream);
+    } catch (err) {
+      if (isApiCode(err, JetStreamApiCodes.StreamNotFound)) {
+        throw new RelayError(ErrorCodes.STREAM_NOT_FOUND, `${where} not found: messages wait until it exists (see \`jetstream-relay check --live\`)`, { cause: err });
+      }
+      throw classifyJsError(err, where);
+    }
+    if (sourceInfo) {
+      const unbound = unboundSubjects(link, streamFacts(sourceInfo), streamFacts(info));
+      if (unbound.length > 0) {
+        throw new RelayError(
+          ErrorCodes.DESTINATION_MISMATCH,
+          `${where} does not bind ${unbound.join(", ")} (its subjects: ${(info.config.subjects ?? []).join(", ") || "none"}): the link's messages would be stored elsewhere or refused; add the subjects to the stream or change the link's transform`,
+        );
+      }
+    }
+    const maxPayload = this.nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD;
+    const maxMsgSize = info.config.max_msg_size > 0 ? info.config.max_msg_size : Number.MAX_SAFE_INTEGER;
+    return {
+      stream: info.config.name,
+      maxMessageBytes: Math.min(maxPayload, maxMsgSize),
+      duplicateWindowMs: info.config.duplicate_window ? millis(info.config.duplicate_window) : 120_000,
+    };
+  }
+
+  /** The pipeline's window into the destination (late retries, id collisions). */
+  markers(): DestinationMarkers {
+    const stream = this.link.to.stream;
+    return {
+      findStored: (fromDestSeq, wanted) =>
+        findStoredSourceSeqs(this.nc, { stream, source: this.source(), fromDestSeq, wanted, ...(this.domain ? { domain: this.domain } : {}) }),
+      storedAt: async (seq) => {
+        const m = await (await this.manager()).streams.getMessage(stream, { seq });
+        if (!m) return undefined;
+        return { source: m.header.get(RelayHeaders.Source), data: m.data };
+      },
+    };
+  }
+
+  private async manager(): Promise<JetStreamManager> {
+    this.jsm ??= await jetstreamManager(this.nc, { checkAPI: false, ...(this.domain ? { domain: this.domain } : {}) });
+    return this.jsm;
+  }
+}
