@@ -77,6 +77,7 @@ const withReader = (argIndex: number, body: string): string => READER.replace("P
  *   ARGV[2]   claim TTL in ms
  *   ARGV[3]   n
  *   ARGV[4]   packed: per item `<id>\n<entity>\n<version>\n` (entity and version "" when none)
+ *   ARGV[5]   "1": take over claims of other tokens (ordered recovery of a dead owner's messages)
  * Reply: {decision codes, one character per item; stored versions compared against, "\n"-separated
  * per item ("" when none), or "" when no item had one}.
  *
@@ -86,7 +87,7 @@ const withReader = (argIndex: number, body: string): string => READER.replace("P
  *  3. version <= max(stored version, versions of earlier items of this entity in this batch)
  *                                        -> stale; takes no claim, and drops our own claim when a
  *                                           re-sent script finds one (see 5)
- *  4. key holds another token's claim    -> in-flight
+ *  4. key holds another token's claim    -> in-flight (relay, taking the claim, under takeover)
  *  5. key absent, or holds OUR claim     -> relay; (re)set the claim with a fresh TTL.
  *     "Our claim" happens when ioredis re-sends this script after a reconnect because the first
  *     execution's reply was lost: calling that in-flight would park the message until the claim
@@ -102,6 +103,7 @@ export const CLAIM_LUA = withReader(
 local claim = ARGV[1]
 local ttl = ARGV[2]
 local n = tonumber(ARGV[3])
+local takeover = ARGV[5] == '1'
 local codes = {}
 local against = {}
 local anyAgainst = false
@@ -144,7 +146,7 @@ for i = 1, n do
         end
       end
       if decision == nil then
-        if cur and cur ~= claim then
+        if cur and cur ~= claim and not takeover then
           decision = 'i'
         else
           redis.call('SET', idKey, claim, 'PX', ttl)

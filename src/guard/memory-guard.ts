@@ -3,7 +3,7 @@ import type { GuardConfig } from "../config/types.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
 import { DONE_VALUE, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
-import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, Guard, GuardItem } from "./types.js";
 
 /**
  * A few Redis string commands in process memory (GET, SET with PX, DEL), with lazy expiry. Several
@@ -90,7 +90,7 @@ export class MemoryGuard implements Guard {
     );
   }
 
-  async claim(items: readonly GuardItem[], retryToken?: string): Promise<ClaimResult[]> {
+  async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     checkIds(items);
     this.store.sweep(this.config.claimTtlMs);
     const token = retryToken ?? this.nextToken();
@@ -128,7 +128,7 @@ export class MemoryGuard implements Guard {
         }
       }
       const extra = against === undefined ? {} : { storedVersion: against };
-      if (cur !== undefined && cur !== mine) {
+      if (cur !== undefined && cur !== mine && !opts.takeover) {
         results.push({ decision: "in-flight", ...extra });
       } else {
         this.store.set(key, mine, this.config.claimTtlMs);

@@ -15,7 +15,7 @@ import {
   secretsOf,
 } from "./redis-connection.js";
 import type { GuardPersistence, GuardRedisClient, RedisTuning } from "./redis-connection.js";
-import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, Guard, GuardItem } from "./types.js";
 
 /** The scripts as ioredis commands (defineCommand without numberOfKeys: numkeys goes first). */
 interface ScriptCommands {
@@ -112,12 +112,12 @@ export class RedisGuard implements Guard {
     }
   }
 
-  async claim(items: readonly GuardItem[], retryToken?: string): Promise<ClaimResult[]> {
+  async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     if (items.length === 0) return [];
     checkIds(items);
     const token = retryToken ?? this.nextToken();
     const packed = items.map((item) => `${item.id}\n${versionField(item)}\n`).join(""); // flat, not a rope: cheaper to write
-    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed];
+    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed, opts.takeover ? "1" : "0"];
     const reply = await this.run("claim", (c) => c.relayGuardClaim(1, this.keys.prefix, ...args));
     const [codes, against] = reply as [string, string];
     const stored = against === "" ? undefined : against.split(FIELD_SEPARATOR);

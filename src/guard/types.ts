@@ -27,6 +27,15 @@ export interface ClaimResult {
   readonly storedVersion?: number;
 }
 
+export interface ClaimOptions {
+  /**
+   * Take over claims another token holds (never a committed id): for messages a previous owner of the
+   * link held when it died or stopped, which this relay now owns (ordered recovery). Without it they
+   * would wait for the dead owner's claims to expire, and newer messages could not pass them.
+   */
+  readonly takeover?: boolean;
+}
+
 export interface ClaimedItem extends GuardItem {
   readonly token: string;
 }
@@ -43,7 +52,7 @@ export interface Guard {
    * that failed passes the same token again, so claims that landed although their reply was lost
    * are recognised as its own.
    */
-  claim(items: readonly GuardItem[], token?: string): Promise<ClaimResult[]>;
+  claim(items: readonly GuardItem[], token?: string, opts?: ClaimOptions): Promise<ClaimResult[]>;
   /** Marks ids done (long TTL) and advances versions by compare-and-set. One round trip. */
   commit(items: readonly ClaimedItem[]): Promise<void>;
   /** Deletes claims still holding our token. One round trip. Never throws for a claim that expired. */

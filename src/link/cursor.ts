@@ -2,6 +2,7 @@ import type { ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, isRelayError } from "../errors.js";
 import { createDurable, readDurable } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
@@ -29,6 +30,8 @@ export interface CursorPosition {
   readonly stored: ReadonlyMap<number, number>;
   /** The highest source sequence `stored` speaks for (0 when nothing was read). */
   readonly storedUpTo: number;
+  /** The highest source sequence the previous owner had been delivered (0 when not repositioned): its claims are taken over. */
+  readonly heldUpTo: number;
 }
 
 /** Messages read at most from the destination when positioning a cursor (native sourcing reads all). */
@@ -51,7 +54,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   const existing = await readDurable(jsm, link);
   const markers = { stream: link.to.stream, source, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
-    const last = await lastStoredSourceSeq(deps.dest, { ...markers, maxScan: MAX_SCAN });
+    const last = await lastStored(deps.dest, { ...markers, maxScan: MAX_SCAN });
     const startSeq = last.sourceSeq === undefined ? undefined : last.sourceSeq + 1;
     const info = await createDurable(jsm, link, startSeq);
     if (startSeq !== undefined) {
@@ -60,9 +63,9 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
       const why = last.complete ? "the destination holds none of this link's messages" : `none of this link's messages in the last ${last.scanned} destination messages`;
       (last.complete ? logger.info.bind(logger) : logger.warn.bind(logger))({ durable: link.durableName, scanned: last.scanned }, `no source consumer: created one from the start of the stream (${why})`);
     }
-    return { info, created: true, repositioned: false, ...(startSeq !== undefined ? { startSeq } : {}), stored: new Map(), storedUpTo: 0 };
+    return { info, created: true, repositioned: false, ...(startSeq !== undefined ? { startSeq } : {}), stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   }
-  if (!holdsNothing || existing.num_ack_pending === 0) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0 };
+  if (!holdsNothing || existing.num_ack_pending === 0) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
   const stored = await storedAbove(deps.dest, markers, floor);
   const info = await createDurable(jsm, link, floor + 1, true);
@@ -71,7 +74,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     { durable: link.durableName, ackPending: existing.num_ack_pending, startSeq: floor + 1, alreadyStored: stored.size },
     `ordered recovery: ${existing.num_ack_pending} messages were held by a previous owner; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,
   );
-  return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo };
+  return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo, heldUpTo: existing.delivered.stream_seq };
 }
 
 /**
@@ -83,7 +86,7 @@ async function storedAbove(
   markers: { stream: string; domain?: string; source: SourceRef; signal?: AbortSignal },
   floor: number,
 ): Promise<Map<number, number>> {
-  const last = await lastStoredSourceSeq(dest, { ...markers, maxScan: MAX_SCAN });
+  const last = await lastStored(dest, { ...markers, maxScan: MAX_SCAN });
   if (last.sourceSeq === undefined || last.destSeq === undefined || last.sourceSeq <= floor) return new Map();
   for (let span = 1_024; ; span *= 4) {
     const from = Math.max(1, last.destSeq - span + 1);
@@ -93,5 +96,15 @@ async function storedAbove(
       for (const seq of [...found.keys()]) if (seq <= floor) found.delete(seq);
       return found;
     }
+  }
+}
+
+/** The newest marker; a destination stream that does not exist yet holds none (its messages wait for it). */
+async function lastStored(dest: NatsConnection, opts: Parameters<typeof lastStoredSourceSeq>[1]): ReturnType<typeof lastStoredSourceSeq> {
+  try {
+    return await lastStoredSourceSeq(dest, opts);
+  } catch (err) {
+    if (isRelayError(err, ErrorCodes.STREAM_NOT_FOUND)) return { sourceSeq: undefined, destSeq: undefined, scanned: 0, complete: true };
+    throw err;
   }
 }

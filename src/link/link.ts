@@ -242,7 +242,7 @@ export class Link {
           this.sourceRef(),
           this.pipeline.size === 0,
         );
-        if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo);
+        if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream has no cursor to compare yet.)

@@ -107,6 +107,8 @@ export class Pipeline {
   private verifying = false;
   /** The source stream's creation time (ms): part of derived ids. */
   private incarnation: number | undefined;
+  /** Messages up to this source seq were held by a previous owner (ordered recovery): their claims are taken over. */
+  private takeoverUpTo = 0;
   /** A claim another owner holds: claims (and so publishes past it) wait until then. */
   private claimHoldUntil = 0;
 
@@ -146,8 +148,9 @@ export class Pipeline {
    * Source sequences found in the destination by the link's start scan (ordered recovery): when they
    * are delivered again they are acked as already stored, without a publish.
    */
-  setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number): void {
+  setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number, heldUpToSourceSeq: number): void {
     this.ledger.setKnown(stored, upToSourceSeq);
+    this.takeoverUpTo = heldUpToSourceSeq;
   }
 
   /** The highest destination sequence this link has seen its messages at. */
@@ -283,18 +286,23 @@ export class Pipeline {
   private claimNext(): void {
     const now = Date.now();
     if (this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
-    const batch = this.claimQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "claim");
+    // A previous owner's messages (ordered recovery) go in batches of their own, taking its claims over.
+    const takeover = (this.claimQueue[0]?.seq ?? Infinity) <= this.takeoverUpTo;
+    let n = 0;
+    const limit = Math.min(this.deps.link.batchSize, this.claimQueue.length);
+    while (n < limit && ((this.claimQueue[n]?.seq ?? Infinity) <= this.takeoverUpTo) === takeover) n++;
+    const batch = this.claimQueue.splice(0, n).filter((e) => e.state === "claim");
     if (batch.length === 0) return;
     // A retry after a failed call reuses its token: claims that landed although the reply was lost
     // are then recognised as ours.
-    this.sendClaim(batch, (this.claimRetryToken ??= this.nextToken()));
+    this.sendClaim(batch, (this.claimRetryToken ??= this.nextToken()), takeover);
   }
 
-  private sendClaim(batch: Entry[], token: string): void {
+  private sendClaim(batch: Entry[], token: string, takeover: boolean): void {
     this.claimInFlight = true;
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
     this.deps.guard
-      .claim(batch.map((e) => e.identity), token)
+      .claim(batch.map((e) => e.identity), token, takeover ? { takeover } : {})
       .then((results) => {
         end();
         this.claimRetryToken = undefined;

@@ -1,0 +1,81 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { withServers } from "../helpers/servers.js";
+import { check, uniqueName } from "../helpers/check.js";
+import { connectTo, createStream } from "../helpers/streams.js";
+import { spawnRelay, writeConfig } from "../helpers/relays.js";
+import { publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
+
+type T = Parameters<typeof withServers>[0];
+
+/** One link a-to-b with the production ack wait (30 s): the held messages must not wait for it. */
+function config(aUrl: string, bUrl: string, src: string, dst: string, guard = ""): string {
+  return `regions:
+  a: { servers: ["${aUrl}"] }
+  b: { servers: ["${bUrl}"] }
+links:
+  - name: a-to-b
+    from: { region: a, stream: ${src} }
+    to: { region: b, stream: ${dst} }
+    ackWait: 30s
+    publishTimeout: 2s
+${guard}http: { listen: "127.0.0.1:0" }
+log: { level: info }
+`;
+}
+
+async function ackPending(nc: NatsConnection, stream: string, durable: string): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  return (await jsm.consumers.info(stream, durable)).num_ack_pending;
+}
+
+/**
+ * The deterministic form of "after a crash, newer messages overtake the ones the dead process held":
+ * the relay holds 100 messages it received but could not publish (the destination stream does not
+ * exist yet), is SIGKILLed, the destination appears, 10 newer messages are published, the relay restarts.
+ * JetStream delivers the 10 at once and would redeliver the 100 only after the 30 s ack wait.
+ */
+async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
+  const servers = withServers(t);
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+  const src = uniqueName("SRC");
+  const dst = uniqueName("DST");
+  const nca = await connectTo(t, a.url);
+  const ncb = await connectTo(t, b.url);
+  await createStream(nca, { name: src, subjects: [`${src}.>`] });
+  const file = await writeConfig(config(a.url, b.url, src, dst, await guard(t)));
+  await publishIds(nca, src, "m", 100);
+
+  const first = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
+  await check(async () => (await ackPending(nca, src, "relay-a-to-b")) === 100, { name: "the relay holds all 100 (destination missing)", timeoutMs: 30_000 });
+  first.signal("SIGKILL");
+  await first.exited;
+
+  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  await publishIds(nca, src, "m", 10, 100);
+  const startedAt = Date.now();
+  const second = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
+  await waitForCount(ncb, dst, 110, 20_000, "after the restart");
+  const tookMs = Date.now() - startedAt;
+  assert.ok(tookMs < 20_000, `well before the 30 s ack wait (${tookMs} ms)`);
+  const report = await checkDelivery({ fault: "held messages after SIGKILL", dest: ncb, stream: dst, source: await readSource(nca, src) });
+  await recordRow(report);
+  assertDelivery(report);
+  assert.equal(report.messages, 110);
+  assert.match(second.output(), /ordered recovery: 100 messages were held by a previous owner/);
+  await second.stop();
+}
+
+test("after SIGKILL the messages the dead relay held reach the destination first, in source order, well before ack wait", async (t) => {
+  await heldMessagesGoFirst(t, () => Promise.resolve(""));
+});
+
+test("the same with a Redis guard: the dead relay's claims do not let newer messages pass", async (t) => {
+  await heldMessagesGoFirst(t, async (tt) => {
+    const redis = await withServers(tt).startRedis({ appendonly: true });
+    return `    guard: { redis: { url: "${redis.url}" } }\n`;
+  });
+});
