@@ -4,12 +4,18 @@ import { Registry } from "prom-client";
 import type { LinkConfig, RelayConfig } from "./config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "./errors.js";
 import { sleep } from "./lifecycle/backoff.js";
+import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
 import { createGuard } from "./guard/create-guard.js";
+import { LinkLease } from "./group/lease.js";
+import { leaseKey } from "./group/lease-key.js";
 import { Link } from "./link/link.js";
 import type { LinkStatus } from "./link/link.js";
 import { connectRegion } from "./nats/connect.js";
 import { createMetrics } from "./observability/metrics.js";
-import type { RelayMetrics } from "./observability/metrics.js";
+import type { LinkState, RelayMetrics } from "./observability/metrics.js";
+
+const READY_STATES: ReadonlySet<LinkState> = new Set(["live", "catching-up", "standby"]);
 
 export interface RelayDeps {
   readonly logger: Logger;
@@ -45,6 +51,8 @@ export class Relay {
   private readonly startedAt = new Date();
   private readonly logger: Logger;
   private current: RelayState = "created";
+  /** This process in its region's group: names it in every lease it holds. Never reused. */
+  readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
   private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
@@ -127,13 +135,25 @@ export class Relay {
         scope: `${config.to.region}:${config.to.stream}`,
         linkName: config.name,
       });
+      const destDomain = this.config.regions.get(this.region)?.domain;
+      const lease = new LinkLease({
+        nc: dest,
+        ...(destDomain ? { domain: destDomain } : {}),
+        bucket: this.config.group.bucket,
+        key: leaseKey(config),
+        owner: this.memberId,
+        leaseMs: this.config.group.leaseMs,
+        renewMs: this.config.group.renewMs,
+        logger: logger.child({ link: config.name, component: "lease" }),
+      });
       const link = new Link({
         config,
         links: this.config.links,
         sourceRegion,
         source,
         dest,
-        ...(this.config.regions.get(this.region)?.domain ? { destDomain: this.config.regions.get(this.region)?.domain } : {}),
+        ...(destDomain ? { destDomain } : {}),
+        lease,
         guard,
         metrics: this.metrics,
         logger,
@@ -177,7 +197,8 @@ export class Relay {
     const reasons: string[] = [];
     if (this.current !== "running") reasons.push(`relay is ${this.current}`);
     for (const l of this.links) {
-      if (l.currentState !== "live" && l.currentState !== "catching-up") reasons.push(`link ${l.name} is ${l.currentState}`);
+      // A standby link is healthy: another relay of the group owns it, this one is ready to take over.
+      if (!READY_STATES.has(l.currentState)) reasons.push(`link ${l.name} is ${l.currentState}`);
     }
     for (const [name, w] of this.waiting) reasons.push(`link ${name}: ${w.reason}`);
     return { ready: reasons.length === 0, reasons };

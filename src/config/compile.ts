@@ -47,6 +47,9 @@ export const DEFAULTS = Object.freeze({
   httpPort: 9464,
   logLevel: "info",
   shutdownGraceMs: 30_000,
+  leaseBucket: "relay_leases",
+  leaseMs: 5_000,
+  leaseRenewMs: 1_000,
 } as const);
 
 /** `"relay-" + link name`. */
@@ -244,5 +247,10 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
     http: { host: listen?.host ?? DEFAULTS.httpHost, port: listen?.port ?? DEFAULTS.httpPort },
     log: { level: parsed.log?.level ?? DEFAULTS.logLevel },
     shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
+    group: {
+      bucket: parsed.group?.bucket ?? DEFAULTS.leaseBucket,
+      leaseMs: parsed.group?.lease ?? DEFAULTS.leaseMs,
+      renewMs: parsed.group?.renew ?? DEFAULTS.leaseRenewMs,
+    },
   });
 }

@@ -407,6 +407,11 @@ export const ConfigSchema = obj({
   http: obj({ listen: listenAddress.optional() }).optional(),
   log: obj({ level: oneOf(LOG_LEVELS, { lowercase: true }).optional() }).optional(),
   shutdown: obj({ grace: duration({ allowZero: true }).optional() }).optional(),
+  group: obj({
+    bucket: z.string().regex(/^[-\w]+$/, { error: "must be a KV bucket name: letters, digits, - and _" }).optional(),
+    lease: duration({ allowZero: false }).optional(),
+    renew: duration({ allowZero: false }).optional(),
+  }).optional(),
 });
 
 export type ParsedConfig = z.output<typeof ConfigSchema>;
@@ -586,11 +591,30 @@ function intOrUndefined(v: unknown): number | undefined {
 }
 
 /** Rules that span fields. Exported for tests; `validateConfig` runs it. */
+/** A lease must outlive at least one failed renewal: renew at most every half lease. */
+function checkGroup(group: Record<string, unknown> | undefined, out: ConfigProblem[]): void {
+  if (group === undefined) return;
+  const ms = (v: unknown, fallback: number) => {
+    if (v === undefined) return fallback;
+    try {
+      return parseDuration(v);
+    } catch {
+      return undefined; // reported by the schema
+    }
+  };
+  const lease = ms(group.lease, DEFAULTS.leaseMs);
+  const renew = ms(group.renew, DEFAULTS.leaseRenewMs);
+  if (lease !== undefined && renew !== undefined && renew * 2 > lease) {
+    out.push({ path: ["group", "renew"], message: `must be at most half of group.lease (${lease} ms): a lease must outlive one failed renewal` });
+  }
+}
+
 export function crossChecks(tree: unknown): ConfigProblem[] {
   const out: ConfigProblem[] = [];
   const root = asRecord(tree);
   if (root === undefined) return out;
 
+  checkGroup(asRecord(root.group), out);
   const regions = asRecord(root.regions);
   const known = regions === undefined ? undefined : Object.keys(regions);
   if (regions !== undefined) {

@@ -90,4 +90,9 @@ export interface RelayConfig {
   readonly http: { readonly host: string; readonly port: number };
   readonly log: { readonly level: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent" };
   readonly shutdownGraceMs: number;
+  /**
+   * The relays of a region form a group: each link has one owner at a time, held as a lease in a KV
+   * bucket of the destination region (DESIGN §9).
+   */
+  readonly group: { readonly bucket: string; readonly leaseMs: number; readonly renewMs: number };
 }

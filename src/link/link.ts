@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
+import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
@@ -32,6 +33,8 @@ export interface LinkDeps {
   readonly dest: NatsConnection;
   /** JetStream domain of the destination region, when it has one. */
   readonly destDomain?: string;
+  /** The link's ownership in the region's group: only the owner consumes, publishes, commits and acks. */
+  readonly lease: LinkLease;
   readonly guard: Guard;
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
@@ -81,6 +84,8 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** Waiting for the lease: another relay of the group owns the link. */
+  private standby = false;
   private gapDetector: GapDetector;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
@@ -113,6 +118,7 @@ export class Link {
       metrics: deps.metrics,
       logger: this.logger,
       markers: this.destination.markers(),
+      owns: () => deps.lease.valid(),
       events: {
         publishTrouble: (err) => this.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),
         guardTrouble: (err) => this.trouble("guard", err),
@@ -121,6 +127,7 @@ export class Link {
       },
     });
     this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
+    deps.lease.onLost((reason) => this.leaseLost(reason));
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
   }
 
@@ -139,6 +146,7 @@ export class Link {
       this.logger.info("no guard configured: duplicates beyond the destination's duplicate window are not suppressed");
     }
     await this.startGuard();
+    this.deps.lease.start();
     this.pipeline.setPublisher(this.publisher);
     this.watchConnection(this.deps.source, "source");
     this.watchConnection(this.deps.dest, "dest");
@@ -218,6 +226,8 @@ export class Link {
     await this.pipeline.abandon();
     this.publisher.close();
     await this.deps.guard.stop();
+    // Last: everything this relay held is acked or left for the next owner, which may start at once.
+    await this.deps.lease.stop();
     this.state.set("stopped", "relay stopping");
     this.resolveClosed();
   }
@@ -229,6 +239,7 @@ export class Link {
     const js = jetstream(source, domain ? { domain } : {});
     await this.guardReady;
     while (!this.abort.signal.aborted && this.state.state !== "failed") {
+      if (!(await this.holdLease())) return;
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
         await this.readSource(this.jsm);
@@ -268,6 +279,40 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
+  }
+
+  /**
+   * Waits until this relay owns the link (at once when no other relay of the group does); false when
+   * the link stops meanwhile. A new owner then places the cursor with ordered recovery, so a takeover
+   * relays what the previous owner held first.
+   */
+  private async holdLease(): Promise<boolean> {
+    const { lease } = this.deps;
+    if (lease.valid()) return true;
+    this.standby = true;
+    this.refreshState();
+    try {
+      const epoch = await lease.acquired(this.abort.signal);
+      this.logger.info({ epoch }, "link lease acquired: this relay owns the link");
+      return true;
+    } catch {
+      return false; // stopping
+    } finally {
+      this.standby = false;
+      this.refreshState();
+    }
+  }
+
+  /**
+   * The lease is gone (not renewed in time, or taken by another relay after this one paused): the
+   * pipeline has stopped publishing, committing and acking already (it checks the lease first); what it
+   * holds is dropped for the new owner, and the link waits to own it again.
+   */
+  private leaseLost(reason: string): void {
+    if (this.abort.signal.aborted) return;
+    this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link; the new owner relays what it held");
+    this.messages?.stop();
+    this.pipeline.abandon().catch((err: unknown) => this.logger.warn({ err: toRelayError(err).message }, "could not drop the pipeline after losing the lease"));
   }
 
   /**
@@ -385,6 +430,7 @@ export class Link {
   private refreshState(): void {
     if (this.abort.signal.aborted) return;
     const reason = this.lastError?.message;
+    if (this.standby) return this.state.set("standby", "another relay of the group owns the link");
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
     if (this.troubles.has("guard") || this.troubles.has("refused")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);

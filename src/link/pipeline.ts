@@ -55,6 +55,11 @@ export interface PipelineDeps {
   readonly logger: Logger;
   readonly events: PipelineEvents;
   readonly markers: DestinationMarkers;
+  /**
+   * Whether this relay still owns the link (its lease deadline has not passed). Checked before every
+   * publish, commit and ack: a process woken from a long pause does nothing before it knows.
+   */
+  readonly owns: () => boolean;
 }
 
 /**
@@ -182,6 +187,7 @@ export class Pipeline {
     const decision = route(result.identity, this.deps.link, this.directRoutes);
     if (!decision.forward) {
       if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
+      if (!this.deps.owns()) return; // fenced: the next owner acks it
       this.deps.acks.ack(msg.reply);
       // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted again.
       if (msg.deliveryCount <= 1) this.count("loop");
@@ -386,7 +392,7 @@ export class Pipeline {
     if (!publisher || !dest) return;
     if (this.publishPos < this.head) this.publishPos = this.head;
     // Every pass re-checks the blocks: a callback run meanwhile may have rolled back or halted.
-    while (this.publishPos < this.entries.length && !this.halted && !this.verifying && Date.now() >= this.publishBlockedUntil) {
+    while (this.publishPos < this.entries.length && !this.halted && !this.verifying && Date.now() >= this.publishBlockedUntil && this.deps.owns()) {
       const entry = this.entries[this.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
       if (entry.state !== "ready") {
@@ -612,7 +618,7 @@ export class Pipeline {
 
   // ---- commit then ack ---------------------------------------------------------------------------------
   private commitNext(): void {
-    if (this.commitInFlight || Date.now() < this.guardBlockedUntil || this.commitQueue.length === 0) return;
+    if (this.commitInFlight || Date.now() < this.guardBlockedUntil || this.commitQueue.length === 0 || !this.deps.owns()) return;
     const batch = this.commitQueue.splice(0, this.deps.link.batchSize).filter((e) => e.state === "published");
     if (batch.length > 0) this.sendCommit(batch);
   }
@@ -660,6 +666,7 @@ export class Pipeline {
    * Called by the link's timer; returns how many were sent.
    */
   keepAlive(): number {
+    if (!this.deps.owns()) return 0;
     const now = performance.now();
     const after = this.deps.link.ackWaitMs / 2;
     let sent = 0;
@@ -672,6 +679,7 @@ export class Pipeline {
   }
 
   private finish(entry: Entry, outcome: MessageOutcome): void {
+    if (!this.deps.owns()) return; // fenced: left unacked and in place for the pipeline's abandon()
     this.deps.acks.ack(entry.reply);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {

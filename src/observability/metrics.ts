@@ -10,6 +10,8 @@ export const LINK_STATES = [
   "resyncing",
   "stopped",
   "failed",
+  /** Another relay of the group owns the link (its lease): this one waits to take over. */
+  "standby",
 ] as const;
 export type LinkState = (typeof LINK_STATES)[number];
 

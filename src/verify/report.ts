@@ -10,6 +10,8 @@ export interface VerifyReport {
     /** First sequence still stored in the stream: older messages were removed by retention and not examined. */
     readonly streamFirstSeq: number;
     readonly streamLastSeq: number;
+    /** The stream's creation time (ms since the epoch): the incarnation in derived ids. Absent if the server did not say. */
+    readonly incarnation?: number;
     /** Messages read (after filter and --since). */
     readonly examined: number;
     /** Examined messages the link forwards: what the destination should hold. */
@@ -28,10 +30,15 @@ export interface VerifyReport {
     readonly examined: number;
     /** Examined messages whose Relay-Source names this link's source region and stream. */
     readonly fromLink: number;
-    /** Highest source sequence named by a Relay-Source of this link: the relayed horizon (0 = none). */
+    /**
+     * Highest source sequence named by a Relay-Source of this link: the relayed horizon (0 = none). Markers
+     * whose Relay-Source-Time is earlier than the source's incarnation (a recreated source) are left out.
+     */
     readonly lastRelayedSourceSeq: number;
     /** Distinct message ids held in memory (hashed). */
     readonly distinctIds: number;
+    /** Messages whose id has the derived form before incarnations (`<region>:<stream>:<seq>`), counted under the current form. */
+    readonly legacyIds: number;
   };
   /** Forwardable source messages newer than the horizon: in flight, not counted as missing. */
   readonly notYetRelayed: { readonly count: number; readonly firstSeq?: number; readonly examples: readonly string[] };
@@ -77,7 +84,8 @@ export function formatReport(r: VerifyReport): string {
       `earlier messages were removed by retention and not examined)`,
     `  ${s.forwardable} forwarded by this link, ${s.notForwarded} not forwarded (loop or redundant route), ${s.bad} bad (dead-letter)`,
     `destination ${d.region}/${d.stream}: ${d.examined} examined, ${d.fromLink} relayed over this link, ` +
-      `last Relay-Source seq ${d.lastRelayedSourceSeq}`,
+      `last Relay-Source seq ${d.lastRelayedSourceSeq}` +
+      (d.legacyIds > 0 ? `, ${d.legacyIds} with ids derived before incarnations (counted under their current form)` : ""),
     "",
     `not yet relayed (newer than the destination's last Relay-Source seq ${d.lastRelayedSourceSeq}): ${r.notYetRelayed.count}` +
       (r.notYetRelayed.firstSeq !== undefined ? ` (from source seq ${r.notYetRelayed.firstSeq})` : ""),

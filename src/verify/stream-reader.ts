@@ -1,5 +1,5 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
-import type { ConsumerMessages, JetStreamManager, JsMsg, StreamState } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamManager, JsMsg, StreamInfo, StreamState } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { nanos } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -21,10 +21,12 @@ export interface ReadOptions {
   readonly batch?: number;
   /** Fail when no message arrives for this long while some are still pending (default 30 s). */
   readonly idleTimeoutMs?: number;
+  /** The stream's info when the caller has read it already (readStreamInfo): its state is the snapshot the read stops at. */
+  readonly info?: StreamInfo;
 }
 
 export interface ReadResult {
-  /** The stream's state when the read started: the read stops at `last_seq` of this snapshot. */
+  /** The stream's state when the read started (or when `info` was read): the read stops at `last_seq` of this snapshot. */
   readonly state: StreamState;
   /** The first sequence the read started from (after `startMs`). */
   readonly startSeq: number;
@@ -43,13 +45,8 @@ const QUIET_END_MS = 1_000;
  */
 export async function readStream(side: StreamSide, opts: ReadOptions, onMessage: (m: JsMsg) => void): Promise<ReadResult> {
   const where = `${side.region}/${side.stream}`;
-  const jsm = await jetstreamManager(side.nc, side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false });
-  let state: StreamState;
-  try {
-    state = (await jsm.streams.info(side.stream)).state;
-  } catch (err) {
-    throw classifyJsError(err, `stream ${where}`);
-  }
+  const jsm = await managerOf(side);
+  const state = (opts.info ?? (await infoOf(jsm, side))).state;
   const startSeq = Math.max(state.first_seq, opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs));
   if (state.messages === 0 || startSeq > state.last_seq) return { state, startSeq, delivered: 0 };
 
@@ -126,6 +123,23 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
     await consumer.delete().catch(() => undefined);
   }
   return { state, startSeq, delivered };
+}
+
+/** The stream's info (one request); rejects as readStream does when the stream is not there. */
+export async function readStreamInfo(side: StreamSide): Promise<StreamInfo> {
+  return infoOf(await managerOf(side), side);
+}
+
+function managerOf(side: StreamSide): Promise<JetStreamManager> {
+  return jetstreamManager(side.nc, side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false });
+}
+
+async function infoOf(jsm: JetStreamManager, side: StreamSide): Promise<StreamInfo> {
+  try {
+    return await jsm.streams.info(side.stream);
+  } catch (err) {
+    throw classifyJsError(err, `stream ${side.region}/${side.stream}`);
+  }
 }
 
 async function watch(messages: ConsumerMessages, where: string, settle: (err?: unknown) => void): Promise<void> {

@@ -3,6 +3,7 @@ import type { MsgHdrs } from "@nats-io/nats-core";
 import type { LinkConfig } from "../config/types.js";
 import { RelayHeaders } from "../link/headers.js";
 import { directRoutesFor, identify, route } from "../link/identity.js";
+import { SourceIds } from "./derived-ids.js";
 import { Column, HashedKeyTable } from "./hash-table.js";
 import type { BackwardsExample, VerifyReport } from "./report.js";
 import type { ReadResult } from "./stream-reader.js";
@@ -23,6 +24,7 @@ export class Verifier {
   private readonly sinceMs: number | undefined;
   private readonly directRoutes: ReadonlySet<string>;
   private readonly sourcePrefix: string;
+  private readonly sourceIds: SourceIds;
   private readonly ids = new HashedKeyTable();
   private readonly counts = new Column((n) => new Uint32Array(n));
   private readonly flags = new Column((n) => new Uint8Array(n));
@@ -49,26 +51,37 @@ export class Verifier {
   private notYetRelayed = 0;
   private firstNotYetRelayed: number | undefined;
 
+  /**
+   * `incarnation`: the source stream's creation time in ms (the relay puts it into derived ids); source
+   * messages are identified with it, and the destination's old-form derived ids are counted under it.
+   */
   constructor(
     private readonly link: LinkConfig,
     links: readonly LinkConfig[],
     opts: VerifyOptions,
+    incarnation?: number,
   ) {
     this.limit = opts.examples ?? 20;
     this.sinceMs = opts.since?.getTime();
     this.directRoutes = directRoutesFor(link, links);
     this.sourcePrefix = `${link.from.region} ${link.from.stream} `;
+    this.sourceIds = new SourceIds(link.from.region, link.from.stream, incarnation);
   }
 
   onDest(m: JsMsg): void {
     const h = headersOf(m);
-    const id = h?.get(RelayHeaders.MsgId) ?? "";
+    const rawId = h?.get(RelayHeaders.MsgId) ?? "";
     const rs = h?.get(RelayHeaders.Source) ?? "";
     const fromLink = rs.startsWith(this.sourcePrefix);
-    if (fromLink) this.horizon = Math.max(this.horizon, Number(rs.slice(this.sourcePrefix.length)) || 0);
+    if (fromLink) {
+      // A marker of an older incarnation of the source names a sequence the current one reuses.
+      const seq = Number(rs.slice(this.sourcePrefix.length)) || 0;
+      if (seq > this.horizon && !this.sourceIds.olderIncarnation(h?.get(RelayHeaders.SourceTime) ?? "")) this.horizon = seq;
+    }
     const early = this.sinceMs !== undefined && m.info.timestampNanos / 1e6 < this.sinceMs;
     if (!early) this.destExamined++;
-    if (id === "") return;
+    if (rawId === "") return;
+    const id = this.sourceIds.destinationKey(rawId, h);
     const e = this.ids.put(id);
     this.counts.ensure(e);
     this.flags.ensure(e);
@@ -118,7 +131,7 @@ export class Verifier {
 
   onSource(m: JsMsg): void {
     this.sourceExamined++;
-    const r = identify({ subject: m.subject, headers: headersOf(m), streamSequence: m.seq }, this.link);
+    const r = identify({ subject: m.subject, headers: headersOf(m), streamSequence: m.seq }, this.link, this.sourceIds.incarnation);
     if (!r.ok) {
       this.bad++;
       return;
@@ -172,6 +185,7 @@ export class Verifier {
         ...(l.from.filterSubject ? { filter: l.from.filterSubject } : {}),
         streamFirstSeq: source.state.first_seq,
         streamLastSeq: source.state.last_seq,
+        ...(this.sourceIds.incarnation === undefined ? {} : { incarnation: this.sourceIds.incarnation }),
         examined: this.sourceExamined,
         forwardable: this.forwardable,
         notForwarded: this.notForwarded,
@@ -186,6 +200,7 @@ export class Verifier {
         fromLink: this.destFromLink,
         lastRelayedSourceSeq: this.horizon,
         distinctIds: this.ids.size,
+        legacyIds: this.sourceIds.legacyIds,
       },
       notYetRelayed: {
         count: this.notYetRelayed,

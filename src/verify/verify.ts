@@ -4,7 +4,8 @@ import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { connectRegion } from "../nats/connect.js";
 import type { VerifyReport } from "./report.js";
-import { readStream } from "./stream-reader.js";
+import { incarnationOf } from "./derived-ids.js";
+import { readStream, readStreamInfo } from "./stream-reader.js";
 import type { StreamSide } from "./stream-reader.js";
 import { Verifier } from "./verifier.js";
 
@@ -59,7 +60,10 @@ export async function verifyLink(config: RelayConfig, linkName: string, opts: Ve
   }
 }
 
-/** The check itself over two open connections: the destination first (ids, counts, versions), then the source. */
+/**
+ * The check itself over two open connections: the source's stream info (its incarnation, which
+ * destination ids are read under), the destination (ids, counts, versions), then the source.
+ */
 export async function verifySides(
   link: LinkConfig,
   links: readonly LinkConfig[],
@@ -67,7 +71,9 @@ export async function verifySides(
   opts: VerifyOptions = {},
 ): Promise<VerifyReport> {
   const started = Date.now();
-  const v = new Verifier(link, links, opts);
+  // Read once: its creation time is needed before the destination, and its state ends the source read.
+  const sourceInfo = await readStreamInfo(sides.source);
+  const v = new Verifier(link, links, opts, incarnationOf(sourceInfo));
   const sinceMs = opts.since?.getTime();
   const destRead = await readStream(
     sides.dest,
@@ -77,6 +83,7 @@ export async function verifySides(
   const sourceRead = await readStream(
     sides.source,
     {
+      info: sourceInfo,
       ...(link.from.filterSubject ? { filterSubject: link.from.filterSubject } : {}),
       ...(sinceMs === undefined ? {} : { startMs: sinceMs }),
       ...(opts.idleTimeoutMs ? { idleTimeoutMs: opts.idleTimeoutMs } : {}),

@@ -88,6 +88,7 @@ links:
     logger,
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
     markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    owns: () => true,
   });
   pipeline.setPublisher(publisher);
   pipeline.setDestination({ stream: dst, maxMessageBytes: 1024 * 1024, duplicateWindowMs: 120_000 });

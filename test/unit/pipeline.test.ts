@@ -49,6 +49,7 @@ test("a loop is acked on every delivery but counted once per message", async () 
     logger: pino({ level: "silent" }),
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
     markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    owns: () => true,
   });
   pipeline.push(loopDelivery(1));
   pipeline.push(loopDelivery(2)); // its first ack was lost: the server delivered it again

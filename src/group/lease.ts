@@ -1,0 +1,483 @@
+import { jetstream, JetStreamApiCodes } from "@nats-io/jetstream";
+import { Kvm, KvWatchInclude } from "@nats-io/kv";
+import type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
+import type { QueuedIterator } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
+import { compileLeaseOptions } from "./types.js";
+import type { CompiledLeaseOptions, LeaseOptions, LeaseState, LeaseValue } from "./types.js";
+
+export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
+
+/** JetStream's "replicas > 1 not supported in non-clustered mode": a single server, so R1 is all there is. */
+const REPLICAS_NOT_SUPPORTED = 10074;
+
+interface Waiter {
+  resolve(epoch: number): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * One link's ownership lease (DESIGN §9): a key in a JetStream KV bucket, acquired and renewed by CAS on
+ * its revision. Exactly one member is `owner` at a time; `valid()` fences it by its own monotonic clock.
+ *
+ * - Acquire: `create` when the key is absent, `update` on the revision of a delete tombstone, or `update`
+ *   on a revision this member has seen unchanged for `leaseMs` by its own clock (never by the stored
+ *   wall time). The acquiring revision is the epoch; renewals keep it.
+ * - Owner deadline: the local time a successful write was *sent* + leaseMs − renewMs/2. A contender can
+ *   only take over `leaseMs` after it *received* the last revision, which is after that send: the two
+ *   intervals never overlap, whatever the wall clocks say.
+ *
+ * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
+ * `closed()`.
+ */
+export class LinkLease {
+  private readonly opts: CompiledLeaseOptions;
+  private readonly logger: Logger;
+  private readonly now: () => number;
+  private current: LeaseState = "idle";
+  private kv: KV | undefined;
+  /** Revision of our last successful write (0: none known); what a renewal or release CASes on. */
+  private revision = 0;
+  private heldEpoch: number | undefined;
+  /** Monotonic ms; `valid()` is `owner && now() < deadline`. */
+  private deadline = -Infinity;
+  private nextRenewAt = 0;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  /** The revision a contender last saw and the local time it first saw it (its expiry clock). */
+  private observed: { revision: number; at: number } | undefined;
+  private run: { abort: AbortController; done: Promise<void> } | undefined;
+  private watcher: { stop(): void } | undefined;
+  private wakePending = false;
+  private waker: (() => void) | undefined;
+  private troubleStreak = 0;
+  private readonly waiters = new Set<Waiter>();
+  private readonly lostCallbacks: ((reason: string) => void)[] = [];
+  private releasing: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private resolveClosed!: () => void;
+  private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
+
+  constructor(options: LeaseOptions) {
+    this.opts = compileLeaseOptions(options);
+    this.now = this.opts.now;
+    this.logger = options.logger.child({ component: "lease", bucket: this.opts.bucket, key: this.opts.key, owner: this.opts.owner });
+  }
+
+  get state(): LeaseState {
+    return this.current;
+  }
+
+  /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
+  get epoch(): number | undefined {
+    return this.heldEpoch;
+  }
+
+  /**
+   * True only while this member owns the lease and its own deadline has not passed. No I/O: call it
+   * before every publish batch, commit and ack. A process resumed after a pause longer than the lease
+   * sees false here before anything else runs.
+   */
+  valid(): boolean {
+    return this.current === "owner" && this.now() < this.deadline;
+  }
+
+  /** Starts contending in the background. A no-op while running; throws INTERNAL after `stop()`. */
+  start(): void {
+    if (this.stopping) throw new RelayError(ErrorCodes.INTERNAL, `lease ${this.opts.key}: start() after stop()`);
+    if (this.run) return;
+    const abort = new AbortController();
+    this.setState("contending");
+    const done = this.loop(abort.signal).catch((err: unknown) => this.fail(err));
+    this.run = { abort, done };
+  }
+
+  /**
+   * Resolves with the epoch once this member is owner (at once if it is). Rejects with `signal.reason`
+   * when `signal` aborts, and with an AbortError when the lease stops first.
+   */
+  acquired(signal?: AbortSignal): Promise<number> {
+    if (signal?.aborted) return Promise.reject(signal.reason as Error);
+    if (this.valid() && this.heldEpoch !== undefined) return Promise.resolve(this.heldEpoch);
+    if (this.stopping) return Promise.reject(stoppedError());
+    return new Promise<number>((resolve, reject) => {
+      const onAbort = () => waiter.reject(signal?.reason);
+      const settle = () => {
+        this.waiters.delete(waiter);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      const waiter: Waiter = {
+        resolve: (epoch) => (settle(), resolve(epoch)),
+        reject: (err) => (settle(), reject(err as Error)),
+      };
+      this.waiters.add(waiter);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** `cb` runs once per involuntary loss (deadline passed, or the key was taken or deleted); not on release/stop. */
+  onLost(cb: (reason: string) => void): void {
+    this.lostCallbacks.push(cb);
+  }
+
+  /**
+   * Gives the lease up: stops contending (state `idle` until `start()`), fences at once (`valid()` false),
+   * then deletes the key by CAS on our revision so a successor acquires at once. Idempotent; never
+   * rejects (a failed delete only means successors wait for expiry).
+   */
+  release(): Promise<void> {
+    this.releasing ??= this.doRelease().finally(() => (this.releasing = undefined));
+    return this.releasing;
+  }
+
+  /**
+   * Stops the loop and, unless `release: false` (leave the key to expire, as a crash would), releases.
+   * Rejects pending `acquired()` calls. Idempotent; `closed()` resolves after.
+   */
+  stop(opts: { release?: boolean } = {}): Promise<void> {
+    this.stopping ??= this.doStop(opts.release ?? true);
+    return this.stopping;
+  }
+
+  closed(): Promise<void> {
+    return this.closedPromise;
+  }
+
+  private async doStop(release: boolean): Promise<void> {
+    if (release) await this.release();
+    else {
+      this.fence();
+      await this.halt();
+      this.forget();
+    }
+    this.setState("stopped");
+    for (const w of [...this.waiters]) w.reject(stoppedError());
+    this.resolveClosed();
+  }
+
+  private async doRelease(): Promise<void> {
+    this.fence();
+    await this.halt(); // lets an in-flight write finish, so `revision` is the latest we wrote
+    const revision = this.revision;
+    if (this.current !== "stopped") this.setState("idle", "released");
+    this.forget();
+    if (revision === 0 || !this.kv) return;
+    try {
+      await this.kv.delete(this.opts.key, { previousSeq: revision });
+      this.logger.info({ revision }, "lease released");
+    } catch (err) {
+      // A conflict means someone wrote after us: there is nothing of ours left to release.
+      const conflict = isCasConflict(err);
+      this.logger[conflict ? "debug" : "warn"]({ revision, err: toRelayError(err).message }, "lease release did not delete the key");
+    }
+  }
+
+  /** Ends the background loop and the watch, waiting for the loop to return. */
+  private async halt(): Promise<void> {
+    const run = this.run;
+    this.watcher?.stop();
+    this.watcher = undefined;
+    if (!run) return;
+    run.abort.abort();
+    await run.done;
+    this.run = undefined;
+  }
+
+  /** Makes `valid()` false until a new acquisition (synchronously: before any I/O of a release). */
+  private fence(): void {
+    this.deadline = -Infinity;
+    clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = undefined;
+  }
+
+  /** Forgets what we held, once the loop has ended. */
+  private forget(): void {
+    this.revision = 0;
+    this.heldEpoch = undefined;
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
+    const backoff = new Backoff(Math.min(100, this.opts.pollMs), this.opts.pollMs);
+    while (!signal.aborted) {
+      try {
+        const kv = await this.bucket();
+        this.watch(kv, signal);
+        if (this.current === "lost") {
+          this.heldEpoch = undefined;
+          this.setState("contending");
+        }
+        if (this.current === "owner") {
+          await this.renewOnce(kv, signal);
+        } else if (!(await this.contendOnce(kv, signal))) {
+          await this.nap(this.opts.pollMs, signal);
+        }
+        backoff.reset();
+      } catch (err) {
+        if (signal.aborted) break;
+        this.trouble(err);
+        // An owner retries on its renewal schedule (renewOnce moved nextRenewAt); others back off.
+        if (this.current !== "owner") await this.nap(backoff.next(), signal);
+      }
+    }
+  }
+
+  /** One contender step: read the key, take it if absent, released, ours, or unchanged for leaseMs. */
+  private async contendOnce(kv: KV, signal: AbortSignal): Promise<boolean> {
+    const entry = await kv.get(this.opts.key);
+    const seenAt = this.now(); // after the reply: the revision was written before this instant
+    this.recovered();
+    if (signal.aborted) return false;
+    if (!entry || entry.operation !== "PUT") {
+      return this.tryAcquire(kv, entry?.revision ?? 0, entry ? "lease was released" : "lease key absent", signal);
+    }
+    const holder = readValue(entry)?.owner ?? "?";
+    if (this.observed?.revision !== entry.revision) {
+      this.observed = { revision: entry.revision, at: seenAt };
+      this.logger.debug({ revision: entry.revision, holder }, "lease held by another member");
+    }
+    if (holder === this.opts.owner) {
+      // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
+      return this.tryAcquire(kv, entry.revision, "lease still names this member", signal);
+    }
+    const unchangedMs = seenAt - this.observed.at;
+    if (unchangedMs < this.opts.leaseMs) return false;
+    return this.tryAcquire(kv, entry.revision, `lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`, signal);
+  }
+
+  private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal): Promise<boolean> {
+    const sentAt = this.now();
+    let revision: number;
+    try {
+      revision =
+        lastRevision === 0
+          ? await kv.create(this.opts.key, this.encode())
+          : await kv.update(this.opts.key, this.encode(), lastRevision, this.opts.requestTimeoutMs);
+    } catch (err) {
+      if (!isCasConflict(err)) throw err;
+      this.logger.debug({ lastRevision }, "lost an acquisition race");
+      await this.nap(Math.min(50, this.opts.pollMs), signal);
+      return false;
+    }
+    this.revision = revision; // even when stopping: release() must delete what we just wrote
+    this.observed = undefined;
+    if (signal.aborted) return false;
+    this.heldEpoch = revision;
+    this.extend(sentAt);
+    this.setState("owner", why);
+    for (const w of [...this.waiters]) w.resolve(revision);
+    return true;
+  }
+
+  /** One owner step: wait for the renewal time, then CAS our revision forward. */
+  private async renewOnce(kv: KV, signal: AbortSignal): Promise<void> {
+    const wait = this.nextRenewAt - this.now();
+    if (wait > 0) await this.nap(wait, signal);
+    if (signal.aborted || this.current !== "owner") return;
+    const sentAt = this.now();
+    if (sentAt >= this.deadline) return this.lose("lease deadline passed before a renewal succeeded");
+    const epoch = this.heldEpoch;
+    // Until this one succeeds, retry soon (several attempts fit before the deadline).
+    this.nextRenewAt = sentAt + Math.max(this.opts.renewMs / 4, 10);
+    let revision: number;
+    try {
+      revision = await kv.update(this.opts.key, this.encode(epoch), this.revision, this.opts.requestTimeoutMs);
+    } catch (err) {
+      if (this.current !== "owner" || this.heldEpoch !== epoch) return; // lost meanwhile
+      if (isCasConflict(err)) return this.afterConflict(kv, epoch);
+      throw err;
+    }
+    this.revision = revision; // ours even if the deadline passed meanwhile: a release must delete it
+    this.recovered();
+    if (signal.aborted || this.current !== "owner" || this.heldEpoch !== epoch) return;
+    this.extend(sentAt);
+  }
+
+  /**
+   * A renewal's CAS failed: either someone else wrote the key (lose at once), or an earlier renewal of
+   * ours landed after it timed out (the key still names us with our epoch: carry on from there).
+   */
+  private async afterConflict(kv: KV, epoch: number | undefined): Promise<void> {
+    let entry: KvEntry | null;
+    try {
+      entry = await kv.get(this.opts.key);
+    } catch (err) {
+      return this.lose(`renewal conflicted and the key is unreadable: ${toRelayError(err).message}`);
+    }
+    if (this.current !== "owner" || this.heldEpoch !== epoch) return;
+    const value = entry?.operation === "PUT" ? readValue(entry) : undefined;
+    if (entry && value?.owner === this.opts.owner && (value.epoch ?? entry.revision) === epoch) {
+      this.logger.info({ revision: entry.revision }, "an earlier renewal landed after its request timed out; renewing from it");
+      this.revision = entry.revision;
+      this.nextRenewAt = this.now();
+      return;
+    }
+    this.lose(!entry || entry.operation !== "PUT" ? "lease key was deleted" : `lease taken by ${value?.owner ?? "?"}`);
+  }
+
+  /** A successful write sent at `sentAt` (local monotonic ms) keeps us valid until sentAt + leaseMs − margin. */
+  private extend(sentAt: number): void {
+    this.deadline = sentAt + this.opts.leaseMs - this.opts.marginMs;
+    this.nextRenewAt = sentAt + this.opts.renewMs;
+    this.armDeadline();
+  }
+
+  /** Turns the state to `lost` promptly when the deadline passes, even while a renewal hangs. */
+  private armDeadline(): void {
+    clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = setTimeout(
+      () => {
+        if (this.current !== "owner") return;
+        if (this.now() >= this.deadline) this.lose("lease deadline passed without a successful renewal");
+        else this.armDeadline();
+      },
+      Math.max(0, this.deadline - this.now()),
+    );
+    this.deadlineTimer.unref();
+  }
+
+  private lose(reason: string): void {
+    if (this.current !== "owner") return;
+    this.deadline = -Infinity;
+    clearTimeout(this.deadlineTimer);
+    this.setState("lost", reason);
+    for (const cb of this.lostCallbacks) {
+      try {
+        cb(reason);
+      } catch (err) {
+        this.logger.error({ err: toRelayError(err).message }, "onLost callback threw");
+      }
+    }
+    this.wake();
+  }
+
+  /** The loop itself failed (a bug): give up ownership, reject waiters, stay idle. */
+  private fail(err: unknown): void {
+    const relayErr = toRelayError(err);
+    this.logger.error({ code: relayErr.code, err: relayErr.message }, "lease loop failed");
+    this.lose(`lease loop failed: ${relayErr.message}`);
+    this.fence();
+    this.forget();
+    this.run = undefined;
+    this.setState("idle", "loop failed");
+    for (const w of [...this.waiters]) w.reject(relayErr);
+  }
+
+  private async bucket(): Promise<KV> {
+    if (this.kv) return this.kv;
+    const js = jetstream(this.opts.nc, {
+      timeout: this.opts.requestTimeoutMs,
+      ...(this.opts.domain ? { domain: this.opts.domain } : {}),
+    });
+    const kvm = new Kvm(js);
+    // Reads go to the stream leader (no direct get): a lagging replica would only cost futile CAS attempts.
+    const create = (replicas: number) => kvm.create(this.opts.bucket, { history: 1, replicas, allow_direct: false });
+    try {
+      try {
+        this.kv = await create(this.opts.replicas ?? 3);
+      } catch (err) {
+        if (this.opts.replicas !== undefined || !isApiCode(err, REPLICAS_NOT_SUPPORTED)) throw err;
+        this.kv = await create(1);
+      }
+    } catch (err) {
+      throw classifyJsError(err, `lease bucket ${this.opts.bucket}`);
+    }
+    return this.kv;
+  }
+
+  /**
+   * Watches the key for deletes: a contender acquires a released lease at once instead of at its next
+   * poll, and an owner whose key was deleted learns it at once. Best effort: polling stays the fallback.
+   */
+  private watch(kv: KV, signal: AbortSignal): void {
+    if (this.watcher || signal.aborted || this.opts.nc.isClosed()) return;
+    let iter: QueuedIterator<KvWatchEntry> | undefined;
+    let stopped = false;
+    const handle = {
+      stop: () => {
+        stopped = true;
+        iter?.stop();
+      },
+    };
+    this.watcher = handle;
+    const run = async () => {
+      iter = await kv.watch({ key: this.opts.key, include: KvWatchInclude.UpdatesOnly });
+      if (stopped) return iter.stop();
+      for await (const e of iter) if (e.operation !== "PUT") this.wake();
+    };
+    run()
+      .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "lease watch ended"))
+      .finally(() => {
+        if (this.watcher === handle) this.watcher = undefined; // the next loop step starts a new one
+      });
+  }
+
+  /** Sleeps `ms`; ends early on abort and on `wake()` (a wake while awake ends the next nap at once). */
+  private async nap(ms: number, signal: AbortSignal): Promise<void> {
+    if (this.wakePending) {
+      this.wakePending = false;
+      return;
+    }
+    const ac = new AbortController();
+    const onAbort = () => ac.abort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    this.waker = onAbort;
+    try {
+      await sleep(ms, ac.signal);
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      this.waker = undefined;
+    }
+  }
+
+  private wake(): void {
+    if (this.waker) this.waker();
+    else this.wakePending = true;
+  }
+
+  private trouble(err: unknown): void {
+    const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
+    this.troubleStreak++;
+    const level = this.troubleStreak === 1 ? "warn" : "debug";
+    this.logger[level]({ code: relayErr.code, err: relayErr.message, state: this.current, attempts: this.troubleStreak }, "lease KV request failed");
+  }
+
+  private recovered(): void {
+    if (this.troubleStreak === 0) return;
+    this.logger.info({ attempts: this.troubleStreak }, "lease KV reachable again");
+    this.troubleStreak = 0;
+  }
+
+  private setState(next: LeaseState, reason?: string): void {
+    if (next === this.current) return;
+    const from = this.current;
+    this.current = next;
+    const level = next === "lost" ? "warn" : "info";
+    this.logger[level]({ from, to: next, epoch: this.heldEpoch, ...(reason ? { reason } : {}) }, `lease ${next}`);
+  }
+
+  private encode(epoch?: number): string {
+    const value: LeaseValue = { owner: this.opts.owner, ...(epoch !== undefined ? { epoch } : {}), renewedAt: new Date().toISOString() };
+    return JSON.stringify(value);
+  }
+}
+
+function readValue(entry: KvEntry): LeaseValue | undefined {
+  try {
+    const v = entry.json<Partial<LeaseValue>>();
+    return typeof v?.owner === "string" ? (v as LeaseValue) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function isCasConflict(err: unknown): boolean {
+  return (
+    isApiCode(err, JetStreamApiCodes.StreamWrongLastSequence) || isApiCode(err, JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+function stoppedError(): Error {
+  return new DOMException("lease stopped", "AbortError");
+}

@@ -1,0 +1,101 @@
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import { ErrorCodes, RelayError } from "../errors.js";
+
+/**
+ * `idle`: not contending (before `start()`, or after `release()`); `contending`: watching the key and
+ * taking it when absent or expired; `owner`: holds it (check `valid()` before acting); `lost`: ownership
+ * just ended involuntarily (renewals failed past the deadline, or someone else wrote the key), on the way
+ * back to `contending`; `stopped`: final.
+ */
+export const LEASE_STATES = ["idle", "contending", "owner", "lost", "stopped"] as const;
+export type LeaseState = (typeof LEASE_STATES)[number];
+
+export interface LeaseOptions {
+  /** Connection to the cluster holding the bucket (the destination region's). Not closed by the lease. */
+  readonly nc: NatsConnection;
+  /** JetStream domain of that cluster, if any. */
+  readonly domain?: string;
+  /** KV bucket name; created when missing (history 1, no TTL). */
+  readonly bucket: string;
+  /** Key inside the bucket, e.g. the link name. KV-safe: letters, digits, `-_/=.`; no leading/trailing dot. */
+  readonly key: string;
+  /** Unique member id (e.g. `hostname-pid-random`); never reused by another process. */
+  readonly owner: string;
+  /** How long an unchanged lease stays valid, ms (default 5000). */
+  readonly leaseMs?: number;
+  /** Renewal interval, ms (default 1000); also how often a contender re-reads the key. At most leaseMs/2. */
+  readonly renewMs?: number;
+  /**
+   * Replicas when the bucket has to be created. Default: 3, or 1 when the server says it is not clustered.
+   * An existing bucket is used as it is.
+   */
+  readonly replicas?: number;
+  readonly logger: Logger;
+  /** Monotonic clock in ms (default `performance.now`); injectable for tests. Never a wall clock. */
+  readonly now?: () => number;
+}
+
+/** LeaseOptions with every field filled (what the lease runs on). */
+export interface CompiledLeaseOptions {
+  readonly nc: NatsConnection;
+  readonly domain: string | undefined;
+  readonly bucket: string;
+  readonly key: string;
+  readonly owner: string;
+  readonly leaseMs: number;
+  readonly renewMs: number;
+  /** Subtracted from the owner's deadline: covers clock-rate drift and the delay of the last renewal. */
+  readonly marginMs: number;
+  /** How often a contender re-reads the key (a release is also seen at once through a watch). */
+  readonly pollMs: number;
+  /** Timeout of one KV request (read, CAS write, delete). */
+  readonly requestTimeoutMs: number;
+  readonly replicas: number | undefined;
+  readonly now: () => number;
+}
+
+/** The JSON value stored under the lease key. `renewedAt` is informational: no decision reads it. */
+export interface LeaseValue {
+  readonly owner: string;
+  /** Absent in the acquiring write (its revision becomes the epoch), present in every renewal. */
+  readonly epoch?: number;
+  /** Wall time of the write (ISO 8601), for operators reading the bucket. */
+  readonly renewedAt: string;
+}
+
+const BUCKET_RE = /^[-\w]+$/;
+const KEY_RE = /^[-/=.\w]+$/;
+
+export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
+  const leaseMs = opts.leaseMs ?? 5_000;
+  const renewMs = opts.renewMs ?? 1_000;
+  const invalid = (what: string) => new RelayError(ErrorCodes.CONFIG_INVALID, `lease ${opts.bucket}/${opts.key}: ${what}`);
+  if (!BUCKET_RE.test(opts.bucket)) throw invalid(`bucket name "${opts.bucket}" is not KV-safe`);
+  if (!KEY_RE.test(opts.key) || opts.key.startsWith(".") || opts.key.endsWith(".")) {
+    throw invalid(`key "${opts.key}" is not KV-safe`);
+  }
+  if (opts.owner.trim() === "") throw invalid("owner must not be empty");
+  if (!Number.isFinite(leaseMs) || !Number.isFinite(renewMs) || renewMs <= 0) {
+    throw invalid("leaseMs and renewMs must be positive numbers");
+  }
+  // At least one retry must fit between a renewal and the deadline (leaseMs - renewMs/2).
+  if (renewMs * 2 > leaseMs) throw invalid(`renewMs (${renewMs}) must be at most half of leaseMs (${leaseMs})`);
+  if (opts.replicas !== undefined && (!Number.isInteger(opts.replicas) || opts.replicas < 1 || opts.replicas > 5)) {
+    throw invalid(`replicas must be an integer from 1 to 5 (got ${opts.replicas})`);
+  }
+  return Object.freeze({
+    nc: opts.nc,
+    domain: opts.domain,
+    bucket: opts.bucket,
+    key: opts.key,
+    owner: opts.owner,
+    leaseMs,
+    renewMs,
+    marginMs: renewMs / 2,
+    pollMs: renewMs,
+    requestTimeoutMs: Math.max(renewMs, 500),
+    replicas: opts.replicas,
+    now: opts.now ?? (() => performance.now()),
+  });
+}
