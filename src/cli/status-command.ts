@@ -34,7 +34,8 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   }
   console.log(`relay region ${status.region}, started ${status.startedAt}`);
   console.log(formatTable(status));
-  return status.links.every((l) => l.state === "live" || l.state === "catching-up") ? 0 : 1;
+  // As /readyz: a standby link is healthy (another relay of the group owns it).
+  return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
 }
 
 export function formatTable(status: RelayStatus): string {

@@ -36,6 +36,11 @@ export const DEFAULTS = Object.freeze({
    * unguarded link is CPU-bound and gains nothing from a larger window, only memory.
    */
   guardedInFlight: 2048,
+  /**
+   * Bytes between receive and ack per link: sized for the 512 MiB pod of deploy/kubernetes (the relay
+   * itself, a few links and the clients' buffers fit beside it).
+   */
+  inFlightBytes: 64 * 1024 * 1024,
   ackWaitMs: 30_000,
   publishTimeoutMs: 5_000,
   maxHops: 8,
@@ -220,6 +225,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     to: { region: l.to.region, stream: l.to.stream, transform },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
+    inFlightBytes: l.inFlightBytes ?? DEFAULTS.inFlightBytes,
     ackWaitMs,
     publishTimeoutMs: l.publishTimeout ?? DEFAULTS.publishTimeoutMs,
     stripHeaders,

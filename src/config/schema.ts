@@ -182,6 +182,19 @@ const headerName = field((v) => {
   return s;
 });
 
+/** A size in bytes: an integer, or a number with a unit (KiB, MiB, GiB; 1024-based). */
+function byteSize(min: number, max: number) {
+  const units: Record<string, number> = { "": 1, b: 1, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 };
+  return field((v) => {
+    const m = typeof v === "number" ? [String(v), String(v), ""] : typeof v === "string" ? /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(v) : null;
+    const unit = units[(m?.[2] ?? "").toLowerCase()];
+    if (!m || unit === undefined) fail(`must be a size such as "64MiB", "512KiB" or a number of bytes (got ${quote(v)})`);
+    const n = Number(m?.[1]) * (unit ?? 1);
+    if (!Number.isSafeInteger(n) || n < min || n > max) fail(`must be from ${min} to ${max} bytes (got ${quote(v)})`);
+    return n;
+  });
+}
+
 function integer(min: number, max: number) {
   return field((v) => {
     let n: number | undefined;
@@ -384,6 +397,7 @@ const LinkSchema = obj({
   }),
   batchSize: integer(1, 10_000).optional(),
   inFlight: integer(1, 65_536).optional(),
+  inFlightBytes: byteSize(64 * 1024, 16 * 1024 ** 3).optional(),
   ackWait: duration({ allowZero: false }).optional(),
   publishTimeout: duration({ allowZero: false }).optional(),
   stripHeaders: z.array(headerName).optional(),

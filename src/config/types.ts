@@ -70,6 +70,12 @@ export interface LinkConfig {
   readonly batchSize: number;
   /** Max messages between receive and ack (also the consumer's MaxAckPending). */
   readonly inFlight: number;
+  /**
+   * Max payload and header bytes between receive and ack: past it the link lowers its consumer's
+   * MaxAckPending to what it holds (the server stops delivering; a few pull batches on their way still
+   * arrive) until half of it is acked.
+   */
+  readonly inFlightBytes: number;
   readonly ackWaitMs: number;
   readonly publishTimeoutMs: number;
   /** Header names removed before publishing (the JetStream control headers by default). */

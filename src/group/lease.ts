@@ -53,6 +53,7 @@ export class LinkLease {
   private wakePending = false;
   private waker: (() => void) | undefined;
   private troubleStreak = 0;
+  private otherHolder: string | undefined;
   private readonly waiters = new Set<Waiter>();
   private readonly lostCallbacks: ((reason: string) => void)[] = [];
   private releasing: Promise<void> | undefined;
@@ -68,6 +69,11 @@ export class LinkLease {
 
   get state(): LeaseState {
     return this.current;
+  }
+
+  /** Another member the key named when this one last read it (undefined: none, or not read yet). */
+  get holder(): string | undefined {
+    return this.otherHolder;
   }
 
   /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
@@ -229,6 +235,8 @@ export class LinkLease {
     const seenAt = this.now(); // after the reply: the revision was written before this instant
     this.recovered();
     if (signal.aborted) return false;
+    const named = entry?.operation === "PUT" ? readValue(entry)?.owner : undefined;
+    this.otherHolder = named !== undefined && named !== this.opts.owner ? named : undefined;
     if (!entry || entry.operation !== "PUT") {
       return this.tryAcquire(kv, entry?.revision ?? 0, entry ? "lease was released" : "lease key absent", signal);
     }
@@ -265,6 +273,7 @@ export class LinkLease {
     if (signal.aborted) return false;
     this.heldEpoch = revision;
     this.extend(sentAt);
+    this.otherHolder = undefined;
     this.setState("owner", why);
     for (const w of [...this.waiters]) w.resolve(revision);
     return true;

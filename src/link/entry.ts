@@ -3,7 +3,7 @@ import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
-import { ALWAYS_STRIPPED, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
+import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
 import type { NanosFormatter } from "./headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
@@ -51,6 +51,8 @@ export interface Entry {
   destFloor: number;
   /** When the pipeline took it (monotonic ms): in-progress acks for messages held long. */
   receivedAt: number;
+  /** Bytes it holds (payload and headers, as received): the in-flight byte bound. */
+  readonly heldBytes: number;
 }
 
 /**
@@ -69,11 +71,11 @@ export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: Entr
   const out = new HeaderBlock();
   const src = msg.headers;
   if (src instanceof WireHeaders) {
-    out.appendLines(src.linesExcept(strip));
+    out.appendLines(src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX));
   } else if (src) {
     for (const [key, values] of src) {
       const lower = key.toLowerCase();
-      if (strip.has(lower)) continue;
+      if (strip.has(lower) || lower.startsWith(ALWAYS_STRIPPED_PREFIX)) continue;
       for (const v of values) out.append(key, v);
     }
   }
@@ -92,6 +94,7 @@ export function stripSet(link: LinkConfig): ReadonlySet<string> {
 }
 
 export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): Entry {
+  const headers = buildHeaders(msg, identity, ctx);
   return {
     seq: msg.streamSequence,
     reply: msg.reply,
@@ -99,7 +102,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     identity,
     subject: transformSubject(msg.subject, ctx.link),
     data: msg.data,
-    headers: buildHeaders(msg, identity, ctx),
+    headers,
     sourceMs: Number(msg.timestampNanos.slice(0, -6) || "0"),
     state: "claim",
     attempt: 0,
@@ -107,6 +110,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     firstAttemptMs: 0,
     destFloor: 0,
     receivedAt: performance.now(),
+    heldBytes: msg.data.length + headers.encode().length, // encoded once: the publish reuses it
   };
 }
 

@@ -47,6 +47,9 @@ export const ALWAYS_STRIPPED: readonly string[] = [
   "Nats-Expected-Last-Subject-Sequence-Subject",
 ];
 
+/** Lower-cased: every `Nats-Expected-*` header, including ones newer servers add, is never copied. */
+export const ALWAYS_STRIPPED_PREFIX = "nats-expected-";
+
 /** Relay headers that are rewritten on every hop rather than copied. */
 export const REWRITTEN_HEADERS: readonly string[] = [
   RelayHeaders.MsgId,

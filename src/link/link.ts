@@ -84,6 +84,8 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** The consumer's MaxAckPending was lowered because the pipeline holds inFlightBytes. */
+  private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
   private standby = false;
   private gapDetector: GapDetector;
@@ -221,7 +223,8 @@ export class Link {
     if (this.pollTimer) clearTimeout(this.pollTimer);
     this.messages?.stop();
     await this.running;
-    await this.pipeline.drained(signal);
+    // A failed link's messages will not move: nothing to wait for (they stay unacked for the next owner).
+    if (this.state.state !== "failed") await this.pipeline.drained(signal);
     if (this.pipeline.size > 0) this.logger.warn({ left: this.pipeline.size }, "grace period over: leaving messages unacked");
     await this.pipeline.abandon();
     this.publisher.close();
@@ -253,6 +256,7 @@ export class Link {
           this.sourceRef(),
           this.pipeline.size === 0,
         );
+        this.throttled = false; // readDurable/createDurable set MaxAckPending back to inFlight
         if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
@@ -279,6 +283,26 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
+  }
+
+  /**
+   * The byte bound of the window (inFlightBytes). The count bound is the consumer's MaxAckPending; for
+   * bytes the link lowers it to what it holds, so the server stops delivering (nothing is dropped that
+   * was delivered: a stopped pull would drop messages already on the wire, which then come back only
+   * after the ack wait, behind newer ones), and raises it again below half the bound. What is on its
+   * way while the update travels (a few pull batches) still arrives.
+   */
+  private throttle(): void {
+    const { config } = this.deps;
+    const jsm = this.jsm;
+    if (!jsm) return;
+    this.throttled = !this.throttled;
+    const max = this.throttled ? Math.max(1, this.pipeline.size) : config.inFlight;
+    const fields = { bytes: this.pipeline.bytes, inFlightBytes: config.inFlightBytes, maxAckPending: max };
+    jsm.consumers.update(config.from.stream, config.durableName, { max_ack_pending: max }).then(
+      () => this.logger.info(fields, this.throttled ? "in-flight bytes at the bound: the source delivers no more until half is acked" : "in-flight bytes below half the bound: delivery resumes"),
+      (err: unknown) => this.logger.warn({ ...fields, err: toRelayError(err).message }, "could not change the consumer's MaxAckPending"),
+    );
   }
 
   /**
@@ -350,6 +374,7 @@ export class Link {
       this.destinationKnown = true;
     } catch (err) {
       const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
+      this.deps.metrics.errors.inc({ link: this.name, code: relayErr.code });
       if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH) return this.fail(relayErr);
       this.trouble("dest", relayErr);
     }
@@ -361,6 +386,7 @@ export class Link {
       const delivery = toDelivery(m);
       if (delivery.streamSequence > this.highestSeen) this.highestSeen = delivery.streamSequence;
       this.pipeline.push(delivery);
+      if (!this.throttled && this.pipeline.bytes >= this.deps.config.inFlightBytes) this.throttle();
     } catch (err) {
       this.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
     }
@@ -398,6 +424,8 @@ export class Link {
         .then(async (reading) => {
           if (!this.destinationKnown) await this.refreshDestination();
           this.pipeline.keepAlive();
+          this.deps.metrics.inFlightBytes.set({ link: this.name }, this.pipeline.bytes);
+          if (this.throttled && this.pipeline.bytes < this.deps.config.inFlightBytes / 2) this.throttle();
           this.backlog = reading;
           const labels = { link: this.name };
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
@@ -430,7 +458,12 @@ export class Link {
   private refreshState(): void {
     if (this.abort.signal.aborted) return;
     const reason = this.lastError?.message;
-    if (this.standby) return this.state.set("standby", "another relay of the group owns the link");
+    if (this.standby) {
+      const holder = this.deps.lease.holder;
+      if (holder !== undefined) return this.state.set("standby", `relay ${holder} owns the link (group lease)`);
+      // Nobody else owns it: this relay is on its way to (re)take it, e.g. after the region was unreachable.
+      return this.state.set(this.state.state === "starting" ? "starting" : "recovering", "waiting for the link lease");
+    }
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
     if (this.troubles.has("guard") || this.troubles.has("refused")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
@@ -509,6 +542,9 @@ export class Link {
     this.state.set("failed", err.message);
     this.abort.abort();
     this.messages?.stop();
+    // Another relay of the group may take the link over (a failure of this process's own making, such
+    // as a lost region, is not its); one that fails the same way reports it too.
+    this.deps.lease.stop().catch((e: unknown) => this.logger.warn({ err: toRelayError(e).message }, "could not release the link lease"));
   }
 }
 

@@ -107,6 +107,7 @@ export class Pipeline {
   private halted = false;
   private drainWaiters: (() => void)[] = [];
   private readonly ledger = new DestinationLedger();
+  private heldBytes = 0;
   private destination: DestinationFacts | undefined;
   /** A look into the destination before a late retry is running: nothing is published meanwhile. */
   private verifying = false;
@@ -129,6 +130,11 @@ export class Pipeline {
     return this.bySeq.size;
   }
 
+  /** Payload and header bytes between receive and ack (headers estimated). */
+  get bytes(): number {
+    return this.heldBytes;
+  }
+
   /** Publish time (ms) of the oldest message not yet acked, if any. */
   get oldestSourceMs(): number | undefined {
     for (let i = this.head; i < this.entries.length; i++) {
@@ -145,7 +151,9 @@ export class Pipeline {
 
   /** What the link read about the destination; publishing waits until it is known. */
   setDestination(facts: DestinationFacts): void {
+    const first = this.destination === undefined;
     this.destination = facts;
+    if (first) for (const e of this.claimQueue) this.screen(e);
     this.schedule();
   }
 
@@ -195,9 +203,21 @@ export class Pipeline {
     }
     const entry = newEntry(msg, result.identity, this.entryContext);
     if (snapshot !== undefined) entry.headers.append(RelayHeaders.Snapshot, snapshot);
-    if (this.deps.guard.kind === "none") entry.state = "ready";
-    else this.claimQueue.push(entry);
     this.append(entry);
+    if (this.deps.guard.kind === "none") entry.state = "ready";
+    else if (this.screen(entry)) this.claimQueue.push(entry);
+  }
+
+  /**
+   * A message larger than the destination takes is refused before the guard sees it: a claimed version
+   * would make older versions of its entity stale although it is never applied. False when it was
+   * refused (dead-lettered, or the link halted).
+   */
+  private screen(entry: Entry): boolean {
+    const dest = this.destination;
+    if (!dest || entry.state !== "claim" || wireSize(entry) <= dest.maxMessageBytes) return true;
+    this.oversized(entry, dest);
+    return false;
   }
 
   /** Resolves when every entry has left the pipeline (or `signal` aborts). */
@@ -220,6 +240,7 @@ export class Pipeline {
     this.uncommittedVersions.clear();
     this.head = 0;
     this.bySeq.clear();
+    this.heldBytes = 0;
     this.publishPos = 0;
     for (const entry of claimed) entry.state = "done";
     if (claimed.length > 0) {
@@ -233,6 +254,7 @@ export class Pipeline {
   private append(entry: Entry): void {
     this.entries.push(entry);
     this.bySeq.set(entry.seq, entry);
+    this.heldBytes += entry.heldBytes;
     this.schedule();
   }
 
@@ -291,7 +313,8 @@ export class Pipeline {
    */
   private claimNext(): void {
     const now = Date.now();
-    if (this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
+    // Claims wait for the destination's limits: an oversized message must be refused before its claim.
+    if (!this.destination || this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
     // A previous owner's messages (ordered recovery) go in batches of their own, taking its claims over.
     const takeover = (this.claimQueue[0]?.seq ?? Infinity) <= this.takeoverUpTo;
     let n = 0;
@@ -694,7 +717,7 @@ export class Pipeline {
 
   private remove(entry: Entry): void {
     entry.state = "done";
-    this.bySeq.delete(entry.seq);
+    if (this.bySeq.delete(entry.seq)) this.heldBytes -= entry.heldBytes;
     if (this.bySeq.size === 0) this.notifyDrained();
   }
 

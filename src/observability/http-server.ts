@@ -9,7 +9,7 @@ export interface HttpDeps {
   readonly registry: Registry;
   /** JSON-safe status of the relay: must never contain a secret. */
   readonly status: () => unknown;
-  /** Ready when every link is `live` or `catching-up`. */
+  /** Ready when every link is `live`, `catching-up` or `standby`. */
   readonly ready: () => { ready: boolean; reasons: string[] };
 }
 

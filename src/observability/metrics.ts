@@ -81,6 +81,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    inFlightBytes: new Gauge({
+      name: "relay_inflight_bytes",
+      help: "Payload and header bytes the link holds between receive and ack",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     reordered: new Counter({
       name: "relay_reordered_total",
       help: "Messages the destination stored after a message that comes later in source order (a publish failed while later ones in flight were stored)",

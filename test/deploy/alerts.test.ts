@@ -25,6 +25,7 @@ const REQUIRED_ALERTS = [
   "RelayReplayAgeHigh",
   "RelayBacklogAgeHigh",
   "RelayLinkNotLive",
+  "RelayLinkNoOwner",
   "RelayGapDetected",
   "RelayGuardPaused",
   "RelayDown",

@@ -90,6 +90,7 @@ void describe("valid configs", () => {
       },
       batchSize: 250,
       inFlight: 2048,
+      inFlightBytes: 8 * 1024 * 1024,
       ackWaitMs: 60_000,
       publishTimeoutMs: 2_500,
       stripHeaders: [...DEFAULT_STRIP_HEADERS, "X-Internal"],
@@ -134,6 +135,7 @@ void describe("valid configs", () => {
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9999 });
     assert.deepEqual(c.log, { level: "debug" });
     assert.equal(c.shutdownGraceMs, 10_000);
+    assert.deepEqual(c.group, { bucket: "eu_relays", leaseMs: 8_000, renewMs: 2_000 });
   });
 
   void it("fills every default", async () => {
@@ -146,6 +148,7 @@ void describe("valid configs", () => {
         to: { region: "eu-west", stream: "ORDERS", transform: {} },
         batchSize: 500,
         inFlight: 1024,
+        inFlightBytes: 64 * 1024 * 1024,
         ackWaitMs: 30_000,
         publishTimeoutMs: 5_000,
         stripHeaders: [
@@ -166,6 +169,7 @@ void describe("valid configs", () => {
     assert.deepEqual(c.http, { host: "0.0.0.0", port: 9464 });
     assert.deepEqual(c.log, { level: "info" });
     assert.equal(c.shutdownGraceMs, 30_000);
+    assert.deepEqual(c.group, { bucket: "relay_leases", leaseMs: 5_000, renewMs: 1_000 });
   });
 
   void it("defaults the claim TTL to twice the ack wait, and the id TTL to 1h", () => {
