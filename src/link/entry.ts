@@ -22,7 +22,7 @@ export interface Entry {
    * latest delivery's subject acks every earlier one: a message redelivered many times costs nothing more.
    */
   reply: string;
-  /** When an in-progress ack (`+WIP`) was last sent for it (monotonic ms; 0: never). */
+  /** When an in-progress ack (`+WPI`) was last sent for it (monotonic ms; 0: never). */
   workingSentAt: number;
   readonly identity: MessageIdentity;
   /** Destination subject (after transform), or the dead-letter subject. */

@@ -211,8 +211,8 @@ test("one Deployment per region of the config, replicas 1, running that region's
       );
     }
     const text = readFileSync(join(ROOT, DIR, d.file), "utf8");
-    assert.match(text, /#.*safe/i, `${d.file}: explain replicas: 1 (two relays are safe with the guard)`);
-    assert.match(text, /#.*guard/i, `${d.file}: explain replicas: 1 (two relays are safe with the guard)`);
+    assert.match(text, /#.*standby/i, `${d.file}: explain replicas: 1 (a second relay is a standby of the group)`);
+    assert.match(text, /#.*lease/i, `${d.file}: explain replicas: 1 (one owner per link, by lease)`);
   }
 });
 
