@@ -108,6 +108,8 @@ export class Pipeline {
   private drainWaiters: (() => void)[] = [];
   private readonly ledger = new DestinationLedger();
   private heldBytes = 0;
+  /** Finished while the lease was not valid: acked once it is (or dropped by abandon()). */
+  private fenced: { entry: Entry; outcome: MessageOutcome }[] = [];
   private destination: DestinationFacts | undefined;
   /** A look into the destination before a late retry is running: nothing is published meanwhile. */
   private verifying = false;
@@ -237,6 +239,7 @@ export class Pipeline {
     this.entries.length = 0;
     this.claimQueue = [];
     this.commitQueue = [];
+    this.fenced = [];
     this.uncommittedVersions.clear();
     this.head = 0;
     this.bySeq.clear();
@@ -295,6 +298,11 @@ export class Pipeline {
 
   private pump(): void {
     if (this.halted) return;
+    if (this.fenced.length > 0 && this.deps.owns()) {
+      const fenced = this.fenced;
+      this.fenced = [];
+      for (const f of fenced) if (f.entry.state !== "done") this.finish(f.entry, f.outcome);
+    }
     if (this.bySeq.size > 0 && this.claimHoldUntil > Date.now()) this.scheduleAt(this.claimHoldUntil);
     this.claimNext();
     this.publishReady();
@@ -702,7 +710,12 @@ export class Pipeline {
   }
 
   private finish(entry: Entry, outcome: MessageOutcome): void {
-    if (!this.deps.owns()) return; // fenced: left unacked and in place for the pipeline's abandon()
+    if (!this.deps.owns()) {
+      // Fenced: no ack now. The lease comes back (a renewal that landed late) or is lost (abandon()).
+      this.fenced.push({ entry, outcome });
+      this.scheduleAt(Date.now() + 100);
+      return;
+    }
     this.deps.acks.ack(entry.reply);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
