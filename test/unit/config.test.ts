@@ -388,7 +388,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, ackWait, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard)",
     ]);
   });
 
