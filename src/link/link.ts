@@ -435,7 +435,11 @@ export class Link {
           this.refreshState();
         })
         .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed"))
-        .finally(() => this.schedulePoll());
+        .finally(() => {
+          // A relay in standby has no consumer to read: its state follows the lease (who holds it).
+          if (this.standby) this.refreshState();
+          this.schedulePoll();
+        });
     }, this.deps.pollIntervalMs ?? 1_000);
     this.pollTimer.unref();
   }

@@ -1,0 +1,31 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { check } from "../helpers/check.js";
+import { startRelay } from "../helpers/relays.js";
+import { assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+
+test("two relays of a region: one owns the link, the other is standby (and ready); on SIGTERM-like stop the standby takes over at once, in order", async (t) => {
+  const { src, dst, nca, ncb, yaml } = await twoRegions(t);
+  const first = await startRelay(t, yaml(), "b");
+  await check(() => first.relay.status().links[0]?.state === "live", { name: "first relay owns the link and is live", timeoutMs: 20_000 });
+  const second = await startRelay(t, yaml(), "b");
+  await check(() => second.relay.status().links[0]?.state === "standby", { name: "second relay in standby", timeoutMs: 20_000 }).catch((err: unknown) => {
+    console.error(JSON.stringify(second.relay.status().links[0]), second.logs.lines.filter((l) => /lease/.test(l)).slice(-10).join("\n"));
+    throw err;
+  });
+  assert.match(second.relay.status().links[0]?.stateReason ?? "", /owns the link/);
+  assert.equal(second.relay.readiness().ready, true, "a standby relay is ready (a rollout can proceed)");
+
+  const ids = await publishIds(nca, src, "m", 2_000);
+  await waitForCount(ncb, dst, 500, 30_000, "first relay moving messages");
+  const stoppedAt = Date.now();
+  await first.relay.stop(AbortSignal.timeout(10_000)); // drains, acks, releases the lease
+  await check(() => second.relay.status().links[0]?.state === "live" || second.relay.status().links[0]?.state === "catching-up", {
+    name: "second relay took over",
+    timeoutMs: 5_000,
+  });
+  const tookOverMs = Date.now() - stoppedAt;
+  await waitForCount(ncb, dst, ids.length, 30_000, "after the takeover");
+  await assertInOrder(ncb, dst, ids);
+  assert.ok(tookOverMs < 5_000, `takeover after release within the lease (${tookOverMs} ms)`);
+});
