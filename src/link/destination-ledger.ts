@@ -16,8 +16,13 @@ export interface StoredReorder {
   readonly laterDestSeq: number;
 }
 
+/** Finished source sequences remembered for redeliveries (a consumer that lost acks in a failover). */
+const FINISHED_KEPT = 65_536;
+
 export class DestinationLedger {
   private lastDest = 0;
+  /** Source seq → destination seq (0 when it was not stored: a loop, a stale version, a guard duplicate). */
+  private readonly finished = new Map<number, number>();
   private maxSource = 0;
   private maxSourceDest = 0;
   private known = new Map<number, number>();
@@ -64,9 +69,29 @@ export class DestinationLedger {
     return reorder;
   }
 
-  /** After the source cursor moved back (a consumer reset): source order restarts from there. */
-  resetOrder(): void {
+  /**
+   * Remembers that the pipeline is done with `sourceSeq` (acked): a source consumer that lost acks (a
+   * stream leader failover) delivers it again, maybe later than the destination's duplicate window.
+   */
+  done(sourceSeq: number, destSeq: number): void {
+    this.finished.set(sourceSeq, destSeq);
+    if (this.finished.size > FINISHED_KEPT) {
+      const oldest = this.finished.keys().next();
+      if (!oldest.done) this.finished.delete(oldest.value);
+    }
+  }
+
+  /** The outcome of a source sequence this pipeline already finished: its destination seq, 0 if not stored, undefined if unknown. */
+  finishedAt(sourceSeq: number): number | undefined {
+    return this.finished.get(sourceSeq);
+  }
+
+  /** The pipeline forgot what it held (lease lost, consumer moved back): nothing it remembers is an answer any more. */
+  reset(): void {
     this.maxSource = 0;
     this.maxSourceDest = 0;
+    this.finished.clear();
+    this.known.clear();
+    this.knownUpTo = 0;
   }
 }

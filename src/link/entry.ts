@@ -1,3 +1,4 @@
+import type { RelayError } from "../errors.js";
 import { HeaderBlock } from "../nats/header-block.js";
 import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
@@ -42,6 +43,11 @@ export interface Entry {
   /** Set when the entry goes to the dead-letter subject instead of the destination stream. */
   deadLetterReason?: string;
   /**
+   * The link halts with this error when the publish cursor reaches the entry (`onBadMessage: halt`):
+   * everything before it is still relayed and acked; nothing after it is published.
+   */
+  haltWith?: RelayError;
+  /**
    * Wall time (ms) of the first publish attempt, 0 before it. A retry later than the destination's
    * duplicate window after it must first look for the message in the destination (broker dedup
    * forgot it by then).
@@ -49,6 +55,8 @@ export interface Entry {
   firstAttemptMs: number;
   /** The highest destination sequence the link knew of at the first attempt: a copy can only be above it. */
   destFloor: number;
+  /** Where the destination holds it once stored (0 until then, and for what is never stored). */
+  destSeq: number;
   /** When the pipeline took it (monotonic ms): in-progress acks for messages held long. */
   receivedAt: number;
   /** Bytes it holds (payload and headers, as received): the in-flight byte bound. */
@@ -109,6 +117,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     publishStartedAt: 0,
     firstAttemptMs: 0,
     destFloor: 0,
+    destSeq: 0,
     receivedAt: performance.now(),
     heldBytes: msg.data.length + headers.encode().length, // encoded once: the publish reuses it
   };

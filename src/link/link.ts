@@ -1,4 +1,4 @@
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, JetStreamApiCodes } from "@nats-io/jetstream";
 import type { ConsumerMessages, JetStreamManager, JsMsg, StreamInfo } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
@@ -8,7 +8,7 @@ import type { Guard } from "../guard/types.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
-import { classifyJsError } from "../nats/durable-consumer.js";
+import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { SourceRef } from "../nats/destination-markers.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
@@ -434,7 +434,15 @@ export class Link {
           if (!this.resyncing) this.inspect(reading);
           this.refreshState();
         })
-        .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed"))
+        .catch((err: unknown) => {
+          // The consumer's deletion is not always announced to a running pull (no pull request open at
+          // that moment); the probe sees it within a second, and the loop places a new cursor.
+          if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) && this.messages && !this.resyncing) {
+            this.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source consumer ${this.deps.config.durableName} not found`));
+            this.messages.stop();
+          }
+          this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
+        })
         .finally(() => {
           // A relay in standby has no consumer to read: its state follows the lease (who holds it).
           if (this.standby) this.refreshState();

@@ -148,6 +148,8 @@ export class Pipeline {
 
   /** The source stream's creation time (ms), read by the link before it consumes. */
   setIncarnation(createdMs: number | undefined): void {
+    // A recreated stream restarts at seq 1: what this pipeline remembers by sequence is about the old one.
+    if (createdMs !== this.incarnation) this.ledger.reset();
     this.incarnation = createdMs;
   }
 
@@ -189,6 +191,7 @@ export class Pipeline {
       known.reply = msg.reply; // a redelivery while we still hold it: its ack subject acks both
       return;
     }
+    if (msg.deliveryCount > 1 && snapshot === undefined && this.redeliveredAfterDone(msg)) return;
     const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link, this.incarnation);
     if (!result.ok) {
       this.badMessage(msg, result.id, result.reason);
@@ -208,6 +211,22 @@ export class Pipeline {
     this.append(entry);
     if (this.deps.guard.kind === "none") entry.state = "ready";
     else if (this.screen(entry)) this.claimQueue.push(entry);
+  }
+
+  /**
+   * A redelivery of a message this pipeline already finished (its ack was lost: a source stream leader
+   * failover, a reconnect): acked again, never published again, however long after its first copy.
+   */
+  private redeliveredAfterDone(msg: Delivery): boolean {
+    const destSeq = this.ledger.finishedAt(msg.streamSequence);
+    if (destSeq === undefined || !this.deps.owns()) return false;
+    this.deps.acks.ack(msg.reply);
+    if (destSeq > 0) {
+      this.count("duplicate");
+      this.correct("broker_duplicate");
+      if (this.debugOn) this.deps.logger.debug({ decision: "redelivered_after_done", seq: msg.streamSequence, destSeq }, "decision");
+    }
+    return true;
   }
 
   /**
@@ -240,6 +259,7 @@ export class Pipeline {
     this.claimQueue = [];
     this.commitQueue = [];
     this.fenced = [];
+    this.ledger.reset();
     this.uncommittedVersions.clear();
     this.head = 0;
     this.bySeq.clear();
@@ -265,14 +285,14 @@ export class Pipeline {
     const policy = this.deps.link.badMessage;
     const err = new RelayError(ErrorCodes.BAD_MESSAGE, `link ${this.deps.link.name}: message ${id} (source seq ${msg.streamSequence}): ${reason}`);
     this.deps.metrics.errors.inc({ ...this.label, code: err.code });
-    if (policy.action === "halt") {
-      this.halted = true;
-      this.deps.events.halt(err);
-      return;
-    }
-    this.deps.logger.warn({ id, seq: msg.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
     const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.entryContext);
-    toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
+    if (policy.action === "halt") {
+      entry.haltWith = err;
+      entry.state = "ready";
+    } else {
+      this.deps.logger.warn({ id, seq: msg.streamSequence, reason, deadLetter: policy.subject }, "bad message: dead-lettering");
+      toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
+    }
     this.append(entry);
   }
 
@@ -297,7 +317,7 @@ export class Pipeline {
   }
 
   private pump(): void {
-    if (this.halted) return;
+    // A halted link publishes and claims nothing more, but what it published still gets its commit and ack.
     if (this.fenced.length > 0 && this.deps.owns()) {
       const fenced = this.fenced;
       this.fenced = [];
@@ -322,7 +342,7 @@ export class Pipeline {
   private claimNext(): void {
     const now = Date.now();
     // Claims wait for the destination's limits: an oversized message must be refused before its claim.
-    if (!this.destination || this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
+    if (this.halted || !this.destination || this.claimInFlight || now < this.guardBlockedUntil || now < this.claimHoldUntil || this.claimQueue.length === 0) return;
     // A previous owner's messages (ordered recovery) go in batches of their own, taking its claims over.
     const takeover = (this.claimQueue[0]?.seq ?? Infinity) <= this.takeoverUpTo;
     let n = 0;
@@ -430,6 +450,11 @@ export class Pipeline {
         this.publishPos++;
         continue;
       }
+      if (entry.haltWith) {
+        this.halted = true;
+        this.deps.events.halt(entry.haltWith);
+        return;
+      }
       if (entry.data.length > 0 && wireSize(entry) > dest.maxMessageBytes) {
         this.oversized(entry, dest);
         continue; // now a dead-letter record (or the link halted): looked at again
@@ -529,13 +554,13 @@ export class Pipeline {
   /** The bad-message policy for a message the destination will not take: halt, or park it on the dead-letter subject. */
   private rejectMessage(entry: Entry, err: RelayError, reason: string, oversized: boolean): void {
     const policy = this.deps.link.badMessage;
+    this.forgetVersion(entry); // a refused version is never applied
     if (policy.action === "halt") {
-      this.halted = true;
-      this.deps.events.halt(err);
+      entry.haltWith = err; // the link halts when the publish cursor gets there
+      entry.state = "ready";
       return;
     }
     this.deps.logger.warn({ id: entry.identity.id, seq: entry.seq, code: err.code, reason, deadLetter: policy.subject }, "message refused by the destination: dead-lettering");
-    this.forgetVersion(entry); // a dead-lettered version was never applied
     if (oversized) toOversizedDeadLetter(entry, policy.subject, this.deps.link.name, reason);
     else toDeadLetter(entry, policy.subject, this.deps.link.name, reason);
     entry.firstAttemptMs = 0;
@@ -577,6 +602,7 @@ export class Pipeline {
   /** The message is in the destination (a PubAck, or found by its marker): on to commit and ack. */
   private onStored(entry: Entry, ack: PubAck, foundBy?: string): void {
     entry.state = "published";
+    entry.destSeq = ack.seq;
     entry.brokerDuplicate = ack.duplicate;
     if (entry.deadLetterReason === undefined) {
       const reorder = this.ledger.stored(entry.seq, ack.seq, !ack.duplicate);
@@ -717,6 +743,7 @@ export class Pipeline {
       return;
     }
     this.deps.acks.ack(entry.reply);
+    this.ledger.done(entry.seq, entry.destSeq);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
       this.uncommittedVersions.delete(entity); // committed (or stale): the guard knows it now
