@@ -61,6 +61,9 @@ export interface LinkStatus {
   readonly lastResync?: ResyncResult & { readonly reason: ResyncReason; readonly at: string };
 }
 
+/** Lifetime of one pull request (ms). */
+const PULL_EXPIRES_MS = 5_000;
+
 /** `refused`: the destination answers but will not store (full, or a refusal for the whole link): paused. */
 type Trouble = "source" | "dest" | "guard" | "refused";
 
@@ -84,6 +87,8 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** When the consumer last delivered (or the pull started): the stalled-pull watchdog. */
+  private lastDeliveryAt = 0;
   /** The consumer's MaxAckPending was lowered because the pipeline holds inFlightBytes. */
   private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
@@ -268,8 +273,12 @@ export class Link {
         if (this.abort.signal.aborted) return;
         const messages = await consumer.consume({
           max_messages: config.batchSize,
+          // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
+          // that died is replaced within seconds, not the client's default 30 s.
+          expires: PULL_EXPIRES_MS,
           callback: (m: JsMsg) => this.onMessage(m),
         });
+        this.lastDeliveryAt = Date.now();
         this.messages = messages;
         backoff.reset();
         this.clear("source");
@@ -283,6 +292,21 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
+  }
+
+  /**
+   * Messages wait at the source, the pipeline is empty and nothing was delivered for a while: the pull
+   * is stuck (its request sat on a consumer leader that died, and the client did not notice). The loop
+   * starts a new one; nothing is held, so nothing can be overtaken.
+   */
+  private watchPull(reading: BacklogReading): void {
+    const messages = this.messages;
+    if (!messages || this.resyncing || this.throttled || reading.pending === 0 || this.pipeline.size > 0) return;
+    const idleMs = Date.now() - this.lastDeliveryAt;
+    if (idleMs < 3 * PULL_EXPIRES_MS) return;
+    this.logger.warn({ pending: reading.pending, idleMs }, "no delivery while messages wait at the source: restarting the pull");
+    this.lastDeliveryAt = Date.now();
+    messages.stop();
   }
 
   /**
@@ -381,6 +405,7 @@ export class Link {
   }
 
   private onMessage(m: JsMsg): void {
+    this.lastDeliveryAt = Date.now();
     if (this.troubles.has("source")) this.clear("source");
     try {
       const delivery = toDelivery(m);
@@ -431,6 +456,7 @@ export class Link {
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
           this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
           if (this.troubles.has("source")) this.clear("source");
+          this.watchPull(reading);
           if (!this.resyncing) this.inspect(reading);
           this.refreshState();
         })
