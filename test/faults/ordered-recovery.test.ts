@@ -3,10 +3,10 @@ import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { createStream } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
-import { publishIds, waitForCount } from "../helpers/scenario.js";
+import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 
 type T = Parameters<typeof withServers>[0];
@@ -39,13 +39,7 @@ async function ackPending(nc: NatsConnection, stream: string, durable: string): 
  * JetStream delivers the 10 at once and would redeliver the 100 only after the 30 s ack wait.
  */
 async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
+  const { a, b, src, dst, nca, ncb } = await twoRegions(t, { createDestination: false });
   const file = await writeConfig(config(a.url, b.url, src, dst, await guard(t)));
   await publishIds(nca, src, "m", 100);
 

@@ -73,7 +73,14 @@ export interface TwoRegions {
 /** The most common setup: two single-node regions, a source and a destination stream, clients on both. */
 export async function twoRegions(
   t: HasAfter,
-  opts: { srcMaxAgeMs?: number; dstDuplicateWindowMs?: number; allowRollup?: boolean } = {},
+  opts: {
+    srcMaxAgeMs?: number;
+    srcDuplicateWindowMs?: number;
+    dstDuplicateWindowMs?: number;
+    allowRollup?: boolean;
+    /** false: the destination stream is not created (the test creates it later). */
+    createDestination?: boolean;
+  } = {},
 ): Promise<TwoRegions> {
   const servers = withServers(t);
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
@@ -82,8 +89,16 @@ export async function twoRegions(
   const nca = await connectTo(t, a.url);
   const ncb = await connectTo(t, b.url);
   const rollup = opts.allowRollup ? { allowRollup: true } : {};
-  await createStream(nca, { name: src, subjects: [`${src}.>`], ...rollup, ...(opts.srcMaxAgeMs ? { maxAgeMs: opts.srcMaxAgeMs } : {}) });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`], ...rollup, ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}) });
+  await createStream(nca, {
+    name: src,
+    subjects: [`${src}.>`],
+    ...rollup,
+    ...(opts.srcMaxAgeMs ? { maxAgeMs: opts.srcMaxAgeMs } : {}),
+    ...(opts.srcDuplicateWindowMs ? { duplicateWindowMs: opts.srcDuplicateWindowMs } : {}),
+  });
+  if (opts.createDestination !== false) {
+    await createStream(ncb, { name: dst, subjects: [`${src}.>`], ...rollup, ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}) });
+  }
   const yaml = (extra = "", topLevel = "") =>
     linkYaml({
       regions: { a: [a.url], b: [b.url] },

@@ -1,21 +1,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany, readStream } from "../helpers/streams.js";
+import { check } from "../helpers/check.js";
+import { publishMany, readStream } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { linkYaml } from "../helpers/scenario.js";
+import { twoRegions } from "../helpers/scenario.js";
 
 test("two different messages under one Nats-Msg-Id: the second is counted and logged as an id collision, never silently", async (t) => {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
   // The source's own dedup window is short, so it stores both; the destination's is the default 2 min.
-  await createStream(nca, { name: src, subjects: [`${src}.>`], duplicateWindowMs: 100 });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
+  const { src, ncb, dst, nca, yaml } = await twoRegions(t, { srcDuplicateWindowMs: 100 });
   const enc = new TextEncoder();
   await publishMany(nca, 1, () => ({ subject: `${src}.x`, data: enc.encode("first"), headers: { "Nats-Msg-Id": "order-1" } }));
   const after = Date.now() + 300;
@@ -24,11 +16,7 @@ test("two different messages under one Nats-Msg-Id: the second is counted and lo
   // A redelivery of the same message is not a collision: same id, same payload, same source position.
   await publishMany(nca, 1, () => ({ subject: `${src}.x`, data: enc.encode("third"), headers: { "Nats-Msg-Id": "order-3" } }));
 
-  const { relay, logs } = await startRelay(
-    t,
-    linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }] }),
-    "b",
-  );
+  const { relay, logs } = await startRelay(t, yaml(), "b");
   await check(async () => (await metricValue(relay, "relay_id_collisions_total", { link: "a-to-b" })) === 1, { name: "one id collision counted", timeoutMs: 20_000 });
   const stored = await readStream(ncb, dst);
   assert.deepEqual(stored.map((m) => m.data), ["first", "third"]);

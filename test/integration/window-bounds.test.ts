@@ -2,25 +2,17 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { withServers } from "../helpers/servers.js";
-import { check, uniqueName } from "../helpers/check.js";
-import { connectTo, createStream, publishMany } from "../helpers/streams.js";
+import type { withServers } from "../helpers/servers.js";
+import { check } from "../helpers/check.js";
+import { createStream, publishMany } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { assertInOrder, linkYaml, waitForCount } from "../helpers/scenario.js";
+import { assertInOrder, twoRegions, waitForCount } from "../helpers/scenario.js";
 
 type T = Parameters<typeof withServers>[0];
 
 /** Region a with a source stream, region b without its destination stream yet: the relay holds what it receives. */
 async function destinationMissing(t: T) {
-  const servers = withServers(t);
-  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
-  const src = uniqueName("SRC");
-  const dst = uniqueName("DST");
-  const nca = await connectTo(t, a.url);
-  const ncb = await connectTo(t, b.url);
-  await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  const yaml = (extra: string) =>
-    linkYaml({ regions: { a: [a.url], b: [b.url] }, links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra }] });
+  const { src, dst, nca, ncb, yaml } = await twoRegions(t, { createDestination: false });
   return { src, dst, nca, ncb, yaml };
 }
 
