@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { parseNanos, RelayHeaders } from "../link/headers.js";
 import { classifyJsError } from "./durable-consumer.js";
+import { settleOnce } from "../lifecycle/settle-once.js";
 
 /** A link's source, as its Relay-Source markers in a destination stream name it. */
 export interface SourceRef {
@@ -173,21 +174,11 @@ async function readRange(r: Reader, from: number, to: number, visit: (m: JsMsg) 
   let lastSeq = from - 1;
   let progressAt = Date.now();
   let probing = false;
-  let done = false;
   let messages: ConsumerMessages | undefined;
-  let settle!: (err?: unknown) => void;
-  const finished = new Promise<void>((resolve, reject) => {
-    settle = (err?: unknown) => {
-      if (done) return;
-      done = true;
-      messages?.stop();
-      if (err === undefined) resolve();
-      else reject(err instanceof Error ? err : new Error(String(err)));
-    };
-  });
-  finished.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
+  const once = settleOnce(() => messages?.stop());
+  const { settle, finished } = once;
   const probe = () => {
-    if (probing || done) return;
+    if (probing || once.done) return;
     probing = true;
     const query = { seq: lastSeq + 1, next_by_subj: ">" };
     r.jsm.streams.getMessage(r.stream, query).then(
@@ -214,7 +205,7 @@ async function readRange(r: Reader, from: number, to: number, visit: (m: JsMsg) 
     messages = await consumer.consume({
       max_messages: Math.min(to - from + 1, MAX_CHUNK),
       callback: (m: JsMsg) => {
-        if (done) return;
+        if (once.done) return;
         progressAt = Date.now();
         if (m.seq > to) return settle(); // the range's tail was deleted
         read++;
@@ -223,7 +214,7 @@ async function readRange(r: Reader, from: number, to: number, visit: (m: JsMsg) 
         else if (m.info.pending === 0) probe();
       },
     });
-    if (done) messages.stop();
+    if (once.done) messages.stop();
     const closed = (err?: unknown) =>
       settle(err ?? new RelayError(ErrorCodes.JETSTREAM_API, `${where}: consumer closed`));
     messages.closed().then(closed, closed);

@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { nanos } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
+import { settleOnce } from "../lifecycle/settle-once.js";
 
 export interface StreamSide {
   readonly nc: NatsConnection;
@@ -72,18 +73,8 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
   let quiet: NodeJS.Timeout | undefined;
   let lastProgress = Date.now();
   let messages: ConsumerMessages | undefined;
-  let settle!: (err?: unknown) => void;
-  let done = false;
-  const finished = new Promise<void>((resolve, reject) => {
-    settle = (err?: unknown) => {
-      if (done) return;
-      done = true;
-      messages?.stop();
-      if (err === undefined) resolve();
-      else reject(err instanceof Error ? err : new Error(String(err)));
-    };
-  });
-  finished.catch(() => undefined); // awaited below; this only keeps an early failure from going unhandled
+  const once = settleOnce(() => messages?.stop());
+  const { settle, finished } = once;
   const idleMs = opts.idleTimeoutMs ?? 30_000;
   const idle = setInterval(() => {
     if (Date.now() - lastProgress > idleMs) {
@@ -94,7 +85,7 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
     messages = await consumer.consume({
       max_messages: opts.batch ?? 4_096,
       callback: (m: JsMsg) => {
-        if (done) return;
+        if (once.done) return;
         lastProgress = Date.now();
         delivered++;
         try {
@@ -113,7 +104,7 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
         else if (m.info.pending === 0) quiet = setTimeout(() => settle(), QUIET_END_MS);
       },
     });
-    if (done) messages.stop();
+    if (once.done) messages.stop();
     void watch(messages, where, settle);
     await finished;
   } finally {
