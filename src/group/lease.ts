@@ -54,6 +54,7 @@ export class LinkLease {
   private waker: (() => void) | undefined;
   private troubleStreak = 0;
   private otherHolder: string | undefined;
+  private resumedOwn = false;
   private readonly waiters = new Set<Waiter>();
   private readonly lostCallbacks: ((reason: string) => void)[] = [];
   private releasing: Promise<void> | undefined;
@@ -69,6 +70,14 @@ export class LinkLease {
 
   get state(): LeaseState {
     return this.current;
+  }
+
+  /**
+   * The last acquisition took back a key that still named this member: nobody else owned the lease since
+   * this member lost it (every other write changes the owner), so what it held is still its own.
+   */
+  get resumed(): boolean {
+    return this.resumedOwn;
   }
 
   /** Another member the key named when this one last read it (undefined: none, or not read yet). */
@@ -247,14 +256,14 @@ export class LinkLease {
     }
     if (holder === this.opts.owner) {
       // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
-      return this.tryAcquire(kv, entry.revision, "lease still names this member", signal);
+      return this.tryAcquire(kv, entry.revision, "lease still names this member", signal, true);
     }
     const unchangedMs = seenAt - this.observed.at;
     if (unchangedMs < this.opts.leaseMs) return false;
     return this.tryAcquire(kv, entry.revision, `lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`, signal);
   }
 
-  private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal): Promise<boolean> {
+  private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal, resumes = false): Promise<boolean> {
     const sentAt = this.now();
     let revision: number;
     try {
@@ -274,6 +283,7 @@ export class LinkLease {
     this.heldEpoch = revision;
     this.extend(sentAt);
     this.otherHolder = undefined;
+    this.resumedOwn = resumes;
     this.setState("owner", why);
     for (const w of [...this.waiters]) w.resolve(revision);
     return true;

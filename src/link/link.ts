@@ -228,8 +228,9 @@ export class Link {
     if (this.pollTimer) clearTimeout(this.pollTimer);
     this.messages?.stop();
     await this.running;
-    // A failed link's messages will not move: nothing to wait for (they stay unacked for the next owner).
-    if (this.state.state !== "failed") await this.pipeline.drained(signal);
+    // A failed link's messages will not move, nor those of a relay without the lease: nothing to wait for
+    // (they stay unacked for the next owner).
+    if (this.state.state !== "failed" && this.deps.lease.valid()) await this.pipeline.drained(signal);
     if (this.pipeline.size > 0) this.logger.warn({ left: this.pipeline.size }, "grace period over: leaving messages unacked");
     await this.pipeline.abandon();
     this.publisher.close();
@@ -339,28 +340,41 @@ export class Link {
     if (lease.valid()) return true;
     this.standby = true;
     this.refreshState();
+    // Another relay took the link while this one waited: what this one holds is that relay's now.
+    const watch = setInterval(() => {
+      if (lease.holder !== undefined && this.pipeline.size > 0) void this.dropHeld(`relay ${lease.holder} owns the link now`);
+    }, 500);
     try {
       const epoch = await lease.acquired(this.abort.signal);
-      this.logger.info({ epoch }, "link lease acquired: this relay owns the link");
+      if (!lease.resumed && this.pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
+      this.logger.info({ epoch, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
       return true;
     } catch {
       return false; // stopping
     } finally {
+      clearInterval(watch);
       this.standby = false;
       this.refreshState();
     }
   }
 
   /**
-   * The lease is gone (not renewed in time, or taken by another relay after this one paused): the
-   * pipeline has stopped publishing, committing and acking already (it checks the lease first); what it
-   * holds is dropped for the new owner, and the link waits to own it again.
+   * The lease is gone (not renewed in time: the destination region was unreachable, or this process was
+   * paused). The pipeline stopped publishing, committing and acking already (it checks the lease first).
+   * What it holds is kept while nobody else owns the link: when this relay takes back a lease that still
+   * names it, it goes on in order (publishes it sent before may still land, and only a pipeline that
+   * keeps its order can follow them); when another relay took over, it is dropped for that relay.
    */
   private leaseLost(reason: string): void {
     if (this.abort.signal.aborted) return;
-    this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link; the new owner relays what it held");
+    this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link until it owns it again");
     this.messages?.stop();
-    this.pipeline.abandon().catch((err: unknown) => this.logger.warn({ err: toRelayError(err).message }, "could not drop the pipeline after losing the lease"));
+  }
+
+  private async dropHeld(why: string): Promise<void> {
+    if (this.pipeline.size === 0) return;
+    this.logger.warn({ inFlight: this.pipeline.size, why }, "dropping what this relay held: the owner relays it");
+    await this.pipeline.abandon().catch((err: unknown) => this.logger.warn({ err: toRelayError(err).message }, "could not drop the pipeline"));
   }
 
   /**
