@@ -219,19 +219,25 @@ async function allThreadsStopped(pid: number): Promise<boolean> {
 }
 
 /**
- * A port that was free a moment ago: bind 127.0.0.1:0, read the port, close. Needed where every
- * process must know a port before any of them starts (cluster routes). Never 4222/6379, which
+ * A port that was free a moment ago: bind a random one of 127.0.0.1:20000-31999, close. Needed where
+ * every process must know a port before any of them starts (cluster routes). Never 4222/6379, which
  * belong to the machine's own servers.
  */
 export async function freePort(): Promise<number> {
+  // Below the kernel's ephemeral range (32768+ by default), where the outgoing connections of every
+  // test and server get their local ports: a port found free there can be taken by a connection
+  // before the server that was given it binds (seen: a cluster route port, "address already in use").
   for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
     const srv = createServer();
-    srv.listen(0, "127.0.0.1");
-    await once(srv, "listening");
-    const addr = srv.address();
+    const bound = await new Promise<boolean>((resolve) => {
+      srv.once("error", () => resolve(false));
+      srv.listen(port, "127.0.0.1", () => resolve(true));
+    });
+    if (!bound) continue;
     srv.close();
     await once(srv, "close");
-    if (addr && typeof addr === "object" && addr.port !== 4222 && addr.port !== 6379) return addr.port;
+    return port;
   }
 }
 
