@@ -192,7 +192,8 @@ test("a: the relay is SIGKILLed at random moments mid-transfer and restarted: ev
   const kills = scaled(5, 25);
   // Short: the whole backlog first, a burst to catch up on. Long: a backlog, then a paced stream for
   // minutes, so the faults land both while catching up and while live.
-  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(0, 1_500), burst: scaled(total, 50_000) });
+  // Long: the paced part (250k at 1,000/s) outlasts 25 rounds of restart, progress and a kill.
+  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(0, 1_000), burst: scaled(total, 50_000) });
   if (!LONG) await load.done;
   for (let round = 0; round < kills; round++) {
     const relay = runRelay(t, r.config);
@@ -324,7 +325,8 @@ test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id 
   const stops = scaled(1, 10);
   // Short: the whole backlog first, a burst to catch up on. Long: a backlog, then a paced stream for
   // minutes, so the faults land both while catching up and while live.
-  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(0, 1_500), burst: scaled(total, 50_000) });
+  // Long: the paced part (250k at 1,000/s) outlasts 25 rounds of restart, progress and a kill.
+  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(0, 1_000), burst: scaled(total, 50_000) });
   if (!LONG) await load.done;
   for (let round = 0; round < stops; round++) {
     const relay = runRelay(t, r.config);
