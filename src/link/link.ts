@@ -8,6 +8,7 @@ import type { Guard } from "../guard/types.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
+import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { SourceRef } from "../nats/destination-markers.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
@@ -87,6 +88,10 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** The consumer sequence of the last delivery taken (0: none since the cursor was placed). */
+  private lastConsumerSeq = 0;
+  /** Deliveries were lost: the loop drains the pipeline and moves the cursor back before consuming again. */
+  private recoverLost = false;
   /** When the consumer last delivered (or the pull started): the stalled-pull watchdog. */
   private lastDeliveryAt = 0;
   /** The consumer's MaxAckPending was lowered because the pipeline holds inFlightBytes. */
@@ -256,13 +261,19 @@ export class Link {
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
         // The consumer went away under a running pipeline (deleted, or lost with its stream): what the
         // pipeline holds is finished first, so the destination's markers say where a new cursor starts.
-        if (this.pipeline.size > 0) await this.pipeline.drained(AbortSignal.any([this.abort.signal, AbortSignal.timeout(2 * config.publishTimeoutMs)]));
+        // After lost deliveries the pipeline must be empty for the cursor to move back: no time limit.
+        if (this.pipeline.size > 0) {
+          await this.pipeline.drained(this.recoverLost ? this.abort.signal : AbortSignal.any([this.abort.signal, AbortSignal.timeout(2 * config.publishTimeoutMs)]));
+        }
         const position = await positionCursor(
           { link: config, jsm: this.jsm, dest: this.deps.dest, logger: this.logger, signal: this.abort.signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
           this.sourceRef(),
           this.pipeline.size === 0,
         );
         this.throttled = false; // readDurable/createDurable set MaxAckPending back to inFlight
+        // A new or moved cursor numbers its deliveries from 1 again.
+        if (position.created || position.repositioned) this.lastConsumerSeq = 0;
+        this.recoverLost = false;
         if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
@@ -293,6 +304,26 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
+  }
+
+  /**
+   * A jump in the consumer's delivery sequence: deliveries were lost on the way (a consumer leader that
+   * died with messages on the wire). The server holds them as ack-pending and would redeliver them only
+   * after the ack wait, behind newer ones. So this delivery is not taken, the pull stops, the pipeline
+   * finishes what it holds, and the loop moves the cursor back to the ack floor: the lost ones go first.
+   */
+  private deliveriesLost(d: Delivery): boolean {
+    if (this.recoverLost) return true; // stopping: the rest comes again after the cursor moves
+    const last = this.lastConsumerSeq;
+    this.lastConsumerSeq = d.consumerSequence;
+    if (last === 0 || d.consumerSequence <= last + 1) return false;
+    this.recoverLost = true;
+    this.logger.warn(
+      { lostFrom: last + 1, lostTo: d.consumerSequence - 1, afterSourceSeq: this.highestSeen, sourceSeq: d.streamSequence },
+      "deliveries lost on the way from the source: finishing what is held, then moving the cursor back so they go first",
+    );
+    this.messages?.stop();
+    return true;
   }
 
   /**
@@ -423,6 +454,7 @@ export class Link {
     if (this.troubles.has("source")) this.clear("source");
     try {
       const delivery = toDelivery(m);
+      if (this.deliveriesLost(delivery)) return;
       if (delivery.streamSequence > this.highestSeen) this.highestSeen = delivery.streamSequence;
       this.pipeline.push(delivery);
       if (!this.throttled && this.pipeline.bytes >= this.deps.config.inFlightBytes) this.throttle();

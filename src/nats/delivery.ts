@@ -15,6 +15,12 @@ export interface Delivery {
   readonly reply: string;
   readonly streamSequence: number;
   readonly deliveryCount: number;
+  /**
+   * The consumer's delivery sequence: +1 for every delivery it sends, redeliveries included. A jump
+   * means deliveries were lost on the way (a pull stopped with messages on the wire, a consumer leader
+   * that died after sending them): the server holds them as ack-pending.
+   */
+  readonly consumerSequence: number;
   /** Messages left for the consumer after this one, as the server counted at delivery. */
   readonly pending: number;
   /** Publish time at the source: Unix nanoseconds, exactly as the server wrote them (digits). */
@@ -30,7 +36,7 @@ export interface Delivery {
  *   $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>                  (9 tokens)
  *   $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
  */
-export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
+export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "consumerSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
   const t = reply.split(".");
   const o = t.length === 9 ? -2 : 0;
   if (t[0] !== "$JS" || t[1] !== "ACK" || (t.length !== 9 && t.length < 11)) {
@@ -41,6 +47,7 @@ export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" 
   return {
     deliveryCount: Number(t[6 + o]),
     streamSequence: Number(t[7 + o]),
+    consumerSequence: Number(t[8 + o]),
     timestampNanos,
     pending: Number(t[10 + o]),
   };
@@ -55,6 +62,7 @@ export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string
     reply,
     streamSequence: info.streamSequence,
     deliveryCount: info.deliveryCount,
+    consumerSequence: info.consumerSequence,
     pending: info.pending,
     timestampNanos: info.timestampNanos,
     headers: wireHeadersOf(m),

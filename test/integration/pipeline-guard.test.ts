@@ -96,6 +96,7 @@ links:
     subject: `${dst}.x`,
     reply: `$JS.ACK.SRC.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,
     streamSequence: seq,
+    consumerSequence: seq,
     deliveryCount: 1,
     pending: 0,
     timestampNanos: "1764460800000000000",

@@ -7,9 +7,9 @@ import { NanosFormatter, formatNanos } from "../../src/link/headers.js";
 
 test("ack subjects: the 9-token form, the domain form and the form with a trailing token", () => {
   const old = parseAckSubject("$JS.ACK.ORDERS.relay-a.2.1234.1230.1764460800123456789.17");
-  assert.deepEqual(old, { deliveryCount: 2, streamSequence: 1234, timestampNanos: "1764460800123456789", pending: 17 });
+  assert.deepEqual(old, { deliveryCount: 2, streamSequence: 1234, consumerSequence: 1230, timestampNanos: "1764460800123456789", pending: 17 });
   const withDomain = parseAckSubject("$JS.ACK.hub.ACCHASH.ORDERS.relay-a.1.99.98.1764460800000000001.0");
-  assert.deepEqual(withDomain, { deliveryCount: 1, streamSequence: 99, timestampNanos: "1764460800000000001", pending: 0 });
+  assert.deepEqual(withDomain, { deliveryCount: 1, streamSequence: 99, consumerSequence: 98, timestampNanos: "1764460800000000001", pending: 0 });
   const withToken = parseAckSubject("$JS.ACK._.ACCHASH.ORDERS.relay-a.1.5.5.1764460800000000001.3.xyz");
   assert.equal(withToken.streamSequence, 5);
   assert.equal(withToken.pending, 3);

@@ -26,6 +26,7 @@ function loopDelivery(deliveryCount: number): Delivery {
     subject: "S.x",
     reply: `$JS.ACK.S.relay-a-to-b.${deliveryCount}.7.${6 + deliveryCount}.1764460800000000000.0`,
     streamSequence: 7,
+    consumerSequence: 6 + deliveryCount,
     deliveryCount,
     pending: 0,
     timestampNanos: "1764460800000000000",
