@@ -627,8 +627,15 @@ export class Link {
     this.abort.abort();
     this.messages?.stop();
     // Another relay of the group may take the link over (a failure of this process's own making, such
-    // as a lost region, is not its); one that fails the same way reports it too.
-    this.deps.lease.stop().catch((e: unknown) => this.logger.warn({ err: toRelayError(e).message }, "could not release the link lease"));
+    // as a lost region, is not its); one that fails the same way reports it too. First what was already
+    // published gets its PubAck, commit and ack (the lease is checked before each).
+    this.releaseAfterFailure().catch((e: unknown) => this.logger.warn({ err: toRelayError(e).message }, "could not release the link lease"));
+  }
+
+  private async releaseAfterFailure(): Promise<void> {
+    const until = Date.now() + 2 * this.deps.config.publishTimeoutMs;
+    while (this.pipeline.unsettled > 0 && Date.now() < until) await sleep(50);
+    await this.deps.lease.stop();
   }
 }
 

@@ -132,6 +132,13 @@ export class Pipeline {
     return this.bySeq.size;
   }
 
+  /** Messages sent to the destination and not acked at the source yet (publishing, published, committing). */
+  get unsettled(): number {
+    let n = 0;
+    for (const e of this.bySeq.values()) if (e.state === "publishing" || e.state === "published" || e.state === "committing") n++;
+    return n;
+  }
+
   /** Payload and header bytes between receive and ack (headers estimated). */
   get bytes(): number {
     return this.heldBytes;
