@@ -4,9 +4,9 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { withServers } from "../helpers/servers.js";
 import { check } from "../helpers/check.js";
-import { createStream } from "../helpers/streams.js";
+import { createStream, publishMany } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
-import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { twoRegions, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 
 type T = Parameters<typeof withServers>[0];
@@ -27,6 +27,19 @@ log: { level: info }
 `;
 }
 
+/**
+ * Ids `m-<i>` on 5 subjects, each an update of entity `e<i % 7>` at version i: published one at a time,
+ * so versions rise with the stream order and every one of them must be applied (none is stale).
+ */
+async function publishVersioned(nc: NatsConnection, src: string, from: number, count: number): Promise<void> {
+  await publishMany(
+    nc,
+    count,
+    (i) => ({ subject: `${src}.${(i + from) % 5}`, headers: { "Nats-Msg-Id": `m-${i + from}`, "Entity-Id": `e${(i + from) % 7}`, "Entity-Version": String(i + from) } }),
+    1,
+  );
+}
+
 async function ackPending(nc: NatsConnection, stream: string, durable: string): Promise<number> {
   const jsm = await jetstreamManager(nc);
   return (await jsm.consumers.info(stream, durable)).num_ack_pending;
@@ -41,7 +54,7 @@ async function ackPending(nc: NatsConnection, stream: string, durable: string): 
 async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
   const { a, b, src, dst, nca, ncb } = await twoRegions(t, { createDestination: false });
   const file = await writeConfig(config(a.url, b.url, src, dst, await guard(t)));
-  await publishIds(nca, src, "m", 100);
+  await publishVersioned(nca, src, 0, 100);
 
   const first = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
   await check(async () => (await ackPending(nca, src, "relay-a-to-b")) === 100, { name: "the relay holds all 100 (destination missing)", timeoutMs: 30_000 });
@@ -49,13 +62,14 @@ async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
   await first.exited;
 
   await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
-  await publishIds(nca, src, "m", 10, 100);
+  await publishVersioned(nca, src, 100, 10);
   const startedAt = Date.now();
   const second = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
   await waitForCount(ncb, dst, 110, 20_000, "after the restart");
   const tookMs = Date.now() - startedAt;
   assert.ok(tookMs < 20_000, `well before the 30 s ack wait (${tookMs} ms)`);
-  const report = await checkDelivery({ fault: "held messages after SIGKILL", dest: ncb, stream: dst, source: await readSource(nca, src) });
+  const source = await readSource(nca, src, { entityHeader: "Entity-Id", versionHeader: "Entity-Version" });
+  const report = await checkDelivery({ fault: "held messages after SIGKILL", dest: ncb, stream: dst, source });
   await recordRow(report);
   assertDelivery(report);
   assert.equal(report.messages, 110);
@@ -67,9 +81,9 @@ test("after SIGKILL the messages the dead relay held reach the destination first
   await heldMessagesGoFirst(t, () => Promise.resolve(""));
 });
 
-test("the same with a Redis guard: the dead relay's claims do not let newer messages pass", async (t) => {
+test("the same with a Redis guard and entity versions: the dead relay's claims do not let newer messages pass, no version is lost or goes backwards", async (t) => {
   await heldMessagesGoFirst(t, async (tt) => {
     const redis = await withServers(tt).startRedis({ appendonly: true });
-    return `    guard: { redis: { url: "${redis.url}" } }\n`;
+    return `    guard: { redis: { url: "${redis.url}" }, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
   });
 });
