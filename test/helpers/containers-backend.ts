@@ -206,7 +206,7 @@ export class ContainersBackend implements ServerBackend {
   async startRedis(opts: RedisOptions = {}): Promise<RedisNode & { proc: ContainerProcess }> {
     const { GenericContainer, Wait } = await tc();
     const port = await freePort();
-    const args = ["redis-server", "--save", "", "--appendonly", opts.appendonly ? "yes" : "no"];
+    const args = ["redis-server", "--save", "", "--appendonly", opts.appendonly ? "yes" : "no", ...(opts.appendfsync ? ["--appendfsync", opts.appendfsync] : [])];
     if (opts.password) args.push("--requirepass", opts.password);
     const started = await new GenericContainer("redis:7-alpine")
       .withCommand(args)

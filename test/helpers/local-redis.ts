@@ -25,6 +25,7 @@ export class LocalRedisNode implements RedisNode {
       // No RDB snapshots: tests decide durability via appendonly only.
       "--save", "",
       "--appendonly", opts.appendonly ? "yes" : "no",
+      ...(opts.appendfsync ? ["--appendfsync", opts.appendfsync] : []),
       "--daemonize", "no",
       "--logfile", "", // stdout, which goes to redis-server.log
       ...(opts.password ? ["--requirepass", opts.password] : []),

@@ -65,6 +65,8 @@ export interface RedisNode extends ManagedProcess {
 
 export interface RedisOptions {
   appendonly?: boolean;
+  /** AOF fsync policy (Redis default everysec); `always` when a test kills Redis right after a write. */
+  appendfsync?: "always" | "everysec";
   password?: string;
 }
 
