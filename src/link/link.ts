@@ -88,6 +88,8 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** The destination connection is up (a reconnect after trouble does not clear it by itself). */
+  private destConnected = true;
   /** The consumer sequence of the last delivery taken (0: none since the cursor was placed). */
   private lastConsumerSeq = 0;
   /** Deliveries were lost: the loop drains the pipeline and moves the cursor back before consuming again. */
@@ -479,7 +481,11 @@ export class Link {
     void (async () => {
       for await (const s of nc.status()) {
         if (this.abort.signal.aborted) return;
-        if (s.type === "disconnect") this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
+        if (s.type === "disconnect") {
+          if (side === "dest") this.destConnected = false;
+          this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
+        }
+        if (s.type === "reconnect" && side === "dest") this.destConnected = true;
         // With messages waiting, the first PubAck (pipeline.healthy) says the destination is back;
         // a reconnect alone does not (its stream may still be electing a leader).
         if (s.type === "reconnect" && side === "dest" && this.pipeline.size === 0) this.clear("dest");
@@ -503,6 +509,8 @@ export class Link {
           this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
           if (this.troubles.has("source")) this.clear("source");
           this.watchPull(reading);
+          // Connected again with nothing left to publish: no PubAck will come to say so.
+          if (this.troubles.has("dest") && this.destConnected && this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
           if (!this.resyncing) this.inspect(reading);
           this.refreshState();
         })
