@@ -318,6 +318,14 @@ export class Link {
     if (this.recoverLost) return true; // stopping: the rest comes again after the cursor moves
     const last = this.lastConsumerSeq;
     this.lastConsumerSeq = d.consumerSequence;
+    if (last !== 0 && d.consumerSequence <= last) {
+      // A new consumer leader that had not learnt everything the old one delivered: it delivers those
+      // messages again, as first deliveries. The pipeline acks the ones it finished without a publish.
+      this.logger.warn(
+        { consumerSeq: d.consumerSequence, lastConsumerSeq: last, sourceSeq: d.streamSequence },
+        "the source consumer delivers again from an earlier point (its leader changed): messages already relayed are acked, not published again",
+      );
+    }
     if (last === 0 || d.consumerSequence <= last + 1) return false;
     this.recoverLost = true;
     this.logger.warn(

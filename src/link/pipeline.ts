@@ -198,7 +198,7 @@ export class Pipeline {
       known.reply = msg.reply; // a redelivery while we still hold it: its ack subject acks both
       return;
     }
-    if (msg.deliveryCount > 1 && snapshot === undefined && this.redeliveredAfterDone(msg)) return;
+    if (snapshot === undefined && this.redeliveredAfterDone(msg)) return;
     const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, this.deps.link, this.incarnation);
     if (!result.ok) {
       this.badMessage(msg, result.id, result.reason);
@@ -223,6 +223,9 @@ export class Pipeline {
   /**
    * A redelivery of a message this pipeline already finished (its ack was lost: a source stream leader
    * failover, a reconnect): acked again, never published again, however long after its first copy.
+   * Whatever its delivery count says: a consumer leader that died before its followers learnt what it
+   * had delivered leaves a new leader that delivers those messages again as first deliveries (delivery
+   * count 1, consumer sequences going back).
    */
   private redeliveredAfterDone(msg: Delivery): boolean {
     const destSeq = this.ledger.finishedAt(msg.streamSequence);

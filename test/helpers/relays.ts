@@ -24,9 +24,20 @@ export class LogSink extends Writable {
   }
 }
 
+/**
+ * RELAY_TEST_LOG_DIR=<dir>: every in-process relay's log lines are written there when its test ends
+ * (one file per relay), to read what a relay decided in a run that failed.
+ */
+async function keepLogs(testName: string, region: string, logs: LogSink): Promise<void> {
+  const dir = process.env["RELAY_TEST_LOG_DIR"];
+  if (!dir) return;
+  const name = `${testName.replace(/[^A-Za-z0-9]+/g, "-").slice(0, 80)}-${region}-${process.pid}-${Date.now()}.log`;
+  await writeFile(join(dir, name), logs.text() + "\n");
+}
+
 /** An in-process relay with its own registry and logger, stopped when the test ends. */
 export async function startRelay(
-  t: { after(fn: () => unknown): void },
+  t: { after(fn: () => unknown): void; name?: string },
   yamlText: string,
   region: string,
   opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn" } = {},
@@ -44,6 +55,7 @@ export async function startRelay(
   t.after(async () => {
     await relay.stop(AbortSignal.timeout(5_000));
     await http?.stop();
+    await keepLogs(t.name ?? "relay", region, logs);
   });
   await relay.start();
   return { relay, logs, url, config };

@@ -6,6 +6,8 @@ import { NoneGuard } from "../../src/guard/none-guard.js";
 import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
+import type { JetStreamPublisher } from "../../src/nats/publisher.js";
+import { check } from "../helpers/check.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 
@@ -58,4 +60,61 @@ test("a loop is acked on every delivery but counted once per message", async () 
   const loops = (await metrics.messages.get()).values.find((v) => v.labels.outcome === "loop")?.value;
   assert.equal(loops, 1, "counted once");
   assert.equal(pipeline.size, 0, "nothing held");
+});
+
+/** A delivery of a message that originates in region a (forwarded on a-to-b). */
+function ownDelivery(seq: number, consumerSequence: number, deliveryCount: number): Delivery {
+  return {
+    subject: "S.x",
+    reply: `$JS.ACK.S.relay-a-to-b.${deliveryCount}.${seq}.${consumerSequence}.1764460800000000000.0`,
+    streamSequence: seq,
+    consumerSequence,
+    deliveryCount,
+    pending: 0,
+    timestampNanos: "1764460800000000000",
+    headers: new WireHeaders(`NATS/1.0\r\nNats-Msg-Id: m${seq}\r\n\r\n`),
+    data: new Uint8Array([1, 2, 3]),
+  };
+}
+
+test("a finished message delivered again as a first delivery (a consumer leader that lost state) is acked, not published again", async () => {
+  const link = config.links[0];
+  assert.ok(link);
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const acked: string[] = [];
+  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
+  const published: string[] = [];
+  let destSeq = 0;
+  const publisher = {
+    inFlight: 0,
+    publish(subject: string, _data: Uint8Array, _headers: unknown, cb: (err: null, ack: { stream: string; seq: number; duplicate: boolean }) => void) {
+      published.push(subject);
+      const seq = ++destSeq;
+      setImmediate(() => cb(null, { stream: "S", seq, duplicate: false }));
+    },
+  } as unknown as JetStreamPublisher;
+  const pipeline = new Pipeline({
+    link,
+    links: config.links,
+    guard: new NoneGuard(),
+    acks,
+    metrics,
+    logger: pino({ level: "silent" }),
+    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    owns: () => true,
+  });
+  pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 1_000 });
+  pipeline.setPublisher(publisher);
+  pipeline.push(ownDelivery(7, 6, 1));
+  pipeline.push(ownDelivery(8, 7, 1));
+  await check(() => acked.length === 2, { name: "both messages published and acked", timeoutMs: 5_000 });
+  // The new consumer leader delivers seq 7 again from consumer seq 5, with delivery count 1.
+  pipeline.push(ownDelivery(7, 5, 1));
+  assert.equal(published.length, 2, "seq 7 is not published a second time");
+  assert.equal(acked.length, 3, "the new delivery is acked");
+  assert.equal(acked[2], ownDelivery(7, 5, 1).reply);
+  assert.equal(pipeline.size, 0, "nothing held");
+  const dups = (await metrics.messages.get()).values.find((v) => v.labels.outcome === "duplicate")?.value;
+  assert.equal(dups, 1, "counted as a duplicate");
 });
