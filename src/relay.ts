@@ -7,7 +7,10 @@ import { sleep } from "./lifecycle/backoff.js";
 import { hostname } from "node:os";
 import { randomBytes } from "node:crypto";
 import { createGuard } from "./guard/create-guard.js";
+import { GroupCoordinator } from "./group/coordinator.js";
 import { LinkLease } from "./group/lease.js";
+import { GroupMembership } from "./group/membership.js";
+import type { MemberView } from "./group/membership.js";
 import { leaseKey } from "./group/lease-key.js";
 import { Link } from "./link/link.js";
 import type { LinkStatus } from "./link/link.js";
@@ -25,12 +28,28 @@ export interface RelayDeps {
   readonly pollIntervalMs?: number;
   /** How long `start()` waits for links whose regions are not reachable yet (default 5 s). */
   readonly startWaitMs?: number;
+  /**
+   * This relay's stable name in its group (the host or pod name; default: the hostname): what places
+   * links on it, so a restarted relay gets its links back.
+   */
+  readonly memberName?: string;
 }
 
 export interface RelayStatus {
   readonly region: string;
   readonly startedAt: string;
   readonly links: readonly LinkStatus[];
+  /** The region's group as this relay sees it. */
+  readonly group?: GroupStatus;
+}
+
+export interface GroupStatus {
+  readonly bucket: string;
+  /** This relay's member id and stable name. */
+  readonly member: string;
+  readonly name: string;
+  /** Live members (this one included once it has joined), with the links placed on each. */
+  readonly members: readonly (MemberView & { readonly placed: readonly string[] })[];
 }
 
 export type RelayState = "created" | "starting" | "running" | "stopping" | "stopped";
@@ -53,6 +72,8 @@ export class Relay {
   private current: RelayState = "created";
   /** This process in its region's group: names it in every lease it holds. Never reused. */
   readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
+  private membership: GroupMembership | undefined;
+  private coordinator: GroupCoordinator | undefined;
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
   private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
@@ -107,6 +128,10 @@ export class Relay {
       nc.catch(() => undefined); // observed by the links that wait for it
       connecting.set(name, nc);
     }
+    const local = connecting.get(this.region);
+    if (local && mine.length > 0) {
+      local.then((nc) => this.joinGroup(nc), () => undefined);
+    }
     let fatal: unknown;
     const started = Promise.all(
       mine.map((config) =>
@@ -118,6 +143,26 @@ export class Relay {
     await Promise.race([started, sleep(this.deps.startWaitMs ?? 5_000, this.abort.signal)]);
     if (fatal !== undefined) throw fatal;
     if (!this.abort.signal.aborted) this.setState("running");
+  }
+
+  /** Joins the region's group: members are seen, and links are placed over them (DESIGN §9). */
+  private joinGroup(nc: NatsConnection): void {
+    if (this.abort.signal.aborted || this.membership) return;
+    const { group } = this.config;
+    const domain = this.config.regions.get(this.region)?.domain;
+    const self = { id: this.memberId, name: this.deps.memberName ?? hostname() };
+    this.membership = new GroupMembership({
+      nc,
+      domain,
+      bucket: group.bucket,
+      member: self,
+      leaseMs: group.leaseMs,
+      renewMs: group.renewMs,
+      logger: this.logger,
+    });
+    this.coordinator = new GroupCoordinator(this.membership, self, this.logger, (members) => this.metrics.groupMembers.set(members.length));
+    for (const link of this.links) this.coordinator.add(link.placed);
+    this.membership.start();
   }
 
   private async startLink(config: LinkConfig, connecting: ReadonlyMap<string, Promise<NatsConnection>>): Promise<void> {
@@ -145,7 +190,14 @@ export class Relay {
         leaseMs: this.config.group.leaseMs,
         renewMs: this.config.group.renewMs,
         logger: logger.child({ link: config.name, component: "lease" }),
+        onTransition: (reason) => {
+          this.metrics.leaseTransitions.inc({ link: config.name, reason });
+          if (reason !== "renewed-late") this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
+        },
       });
+      // Placement decides who takes it: not this relay until it has seen its group.
+      lease.setEligible(false);
+      this.metrics.linkOwner.set({ link: config.name }, 0);
       const link = new Link({
         config,
         links: this.config.links,
@@ -161,6 +213,7 @@ export class Relay {
       });
       this.links.push(link);
       this.waiting.delete(config.name);
+      this.coordinator?.add(link.placed);
       await link.start();
     } catch (err) {
       if (this.abort.signal.aborted) return;
@@ -176,6 +229,10 @@ export class Relay {
     this.stopping ??= (async () => {
       this.setState("stopping");
       this.abort.abort();
+      // Leave the group first: the others place this relay's links on themselves while it drains, and
+      // take each lease the moment it is released.
+      this.coordinator?.stop();
+      await this.membership?.stop();
       await Promise.all(this.links.map((l) => l.stop(signal)));
       await Promise.all([...this.connections.values()].map((nc) => nc.drain().catch(() => nc.close())));
       this.setState("stopped");
@@ -190,7 +247,26 @@ export class Relay {
 
   status(): RelayStatus {
     const placeholders = [...this.waiting.values()].map((w) => waitingStatus(w.config, w.reason, w.failed));
-    return { region: this.region, startedAt: this.startedAt.toISOString(), links: [...this.links.map((l) => l.status()), ...placeholders] };
+    return {
+      region: this.region,
+      startedAt: this.startedAt.toISOString(),
+      links: [...this.links.map((l) => l.status()), ...placeholders],
+      ...(this.membership ? { group: this.groupStatus(this.membership) } : {}),
+    };
+  }
+
+  private groupStatus(membership: GroupMembership): GroupStatus {
+    const placement = this.coordinator?.placement() ?? new Map<string, string>();
+    const names = new Map(this.links.map((l) => [l.placed.unit, l.name]));
+    return {
+      bucket: this.config.group.bucket,
+      member: this.memberId,
+      name: this.deps.memberName ?? hostname(),
+      members: membership.members.map((m) => ({
+        ...m,
+        placed: [...placement].filter(([, id]) => id === m.id).map(([unit]) => names.get(unit) ?? unit).sort(),
+      })),
+    };
   }
 
   readiness(): { ready: boolean; reasons: string[] } {

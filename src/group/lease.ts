@@ -1,18 +1,16 @@
-import { jetstream, JetStreamApiCodes } from "@nats-io/jetstream";
-import { Kvm, KvWatchInclude } from "@nats-io/kv";
+import { JetStreamApiCodes } from "@nats-io/jetstream";
+import { KvWatchInclude } from "@nats-io/kv";
 import type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
 import type { QueuedIterator } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
-import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
+import { isApiCode } from "../nats/durable-consumer.js";
+import { openGroupBucket } from "./bucket.js";
 import { compileLeaseOptions } from "./types.js";
 import type { CompiledLeaseOptions, LeaseOptions, LeaseState, LeaseValue } from "./types.js";
 
 export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
-
-/** JetStream's "replicas > 1 not supported in non-clustered mode": a single server, so R1 is all there is. */
-const REPLICAS_NOT_SUPPORTED = 10074;
 
 interface Waiter {
   resolve(epoch: number): void;
@@ -57,6 +55,13 @@ export class LinkLease {
   private resumedOwn = false;
   private readonly waiters = new Set<Waiter>();
   private readonly lostCallbacks: ((reason: string) => void)[] = [];
+  /** Placement prefers this member for the lease (default: yes; a group without placement has one member per link). */
+  private eligible = true;
+  /** Since when (own clock) the key has been free or expired while this member was not eligible. */
+  private vacantSince: number | undefined;
+  /** A renewal attempt failed since the last success: the next success is late. */
+  private renewalMissed = false;
+  private ownerSince: string | undefined;
   private releasing: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
@@ -80,9 +85,40 @@ export class LinkLease {
     return this.resumedOwn;
   }
 
+  /** This member's id (what the key names while it owns the lease). */
+  get member(): string {
+    return this.opts.owner;
+  }
+
+  /** The lease key in the group bucket. */
+  get key(): string {
+    return this.opts.key;
+  }
+
   /** Another member the key named when this one last read it (undefined: none, or not read yet). */
   get holder(): string | undefined {
     return this.otherHolder;
+  }
+
+  /** Wall time this member last became owner (informational, for status); undefined when not owner. */
+  get since(): string | undefined {
+    return this.current === "owner" ? this.ownerSince : undefined;
+  }
+
+  /**
+   * Whether group placement wants this member to own the lease. An ineligible contender still watches
+   * the key (so its expiry clock runs) but takes it only when it stays free or expired for a further
+   * leaseMs: a group whose members disagree for a while never leaves a link without an owner.
+   */
+  setEligible(eligible: boolean): void {
+    if (eligible === this.eligible) return;
+    this.eligible = eligible;
+    this.vacantSince = undefined;
+    if (eligible) this.wake();
+  }
+
+  get isEligible(): boolean {
+    return this.eligible;
   }
 
   /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
@@ -142,8 +178,8 @@ export class LinkLease {
    * then deletes the key by CAS on our revision so a successor acquires at once. Idempotent; never
    * rejects (a failed delete only means successors wait for expiry).
    */
-  release(): Promise<void> {
-    this.releasing ??= this.doRelease().finally(() => (this.releasing = undefined));
+  release(reason: "released" | "handed-over" = "released"): Promise<void> {
+    this.releasing ??= this.doRelease(reason).finally(() => (this.releasing = undefined));
     return this.releasing;
   }
 
@@ -172,11 +208,12 @@ export class LinkLease {
     this.resolveClosed();
   }
 
-  private async doRelease(): Promise<void> {
+  private async doRelease(reason: "released" | "handed-over"): Promise<void> {
     this.fence();
     await this.halt(); // lets an in-flight write finish, so `revision` is the latest we wrote
     const revision = this.revision;
-    if (this.current !== "stopped") this.setState("idle", "released");
+    if (this.current === "owner") this.opts.onTransition?.(reason);
+    if (this.current !== "stopped") this.setState("idle", reason);
     this.forget();
     if (revision === 0 || !this.kv) return;
     try {
@@ -247,20 +284,34 @@ export class LinkLease {
     const named = entry?.operation === "PUT" ? readValue(entry)?.owner : undefined;
     this.otherHolder = named !== undefined && named !== this.opts.owner ? named : undefined;
     if (!entry || entry.operation !== "PUT") {
-      return this.tryAcquire(kv, entry?.revision ?? 0, entry ? "lease was released" : "lease key absent", signal);
+      if (!this.mayTake(seenAt)) return false;
+      return this.tryAcquire(kv, entry?.revision ?? 0, this.why(entry ? "lease was released" : "lease key absent"), signal);
     }
     const holder = readValue(entry)?.owner ?? "?";
     if (this.observed?.revision !== entry.revision) {
       this.observed = { revision: entry.revision, at: seenAt };
+      this.vacantSince = undefined;
       this.logger.debug({ revision: entry.revision, holder }, "lease held by another member");
     }
     if (holder === this.opts.owner) {
       // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
-      return this.tryAcquire(kv, entry.revision, "lease still names this member", signal, true);
+      if (!this.mayTake(seenAt)) return false;
+      return this.tryAcquire(kv, entry.revision, this.why("lease still names this member"), signal, true);
     }
     const unchangedMs = seenAt - this.observed.at;
-    if (unchangedMs < this.opts.leaseMs) return false;
-    return this.tryAcquire(kv, entry.revision, `lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`, signal);
+    if (unchangedMs < this.opts.leaseMs || !this.mayTake(seenAt)) return false;
+    return this.tryAcquire(kv, entry.revision, this.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`), signal);
+  }
+
+  /** A free or expired lease: taken by an eligible member at once, by another after a further leaseMs. */
+  private mayTake(seenAt: number): boolean {
+    if (this.eligible) return true;
+    this.vacantSince ??= seenAt;
+    return seenAt - this.vacantSince >= this.opts.leaseMs;
+  }
+
+  private why(reason: string): string {
+    return this.eligible ? reason : `${reason}; no preferred member took it for ${this.opts.leaseMs}ms`;
   }
 
   private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal, resumes = false): Promise<boolean> {
@@ -284,6 +335,10 @@ export class LinkLease {
     this.extend(sentAt);
     this.otherHolder = undefined;
     this.resumedOwn = resumes;
+    this.vacantSince = undefined;
+    this.renewalMissed = false;
+    this.ownerSince = new Date().toISOString();
+    this.opts.onTransition?.("acquired");
     this.setState("owner", why);
     for (const w of [...this.waiters]) w.resolve(revision);
     return true;
@@ -305,11 +360,16 @@ export class LinkLease {
     } catch (err) {
       if (this.current !== "owner" || this.heldEpoch !== epoch) return; // lost meanwhile
       if (isCasConflict(err)) return this.afterConflict(kv, epoch);
+      this.renewalMissed = true;
       throw err;
     }
     this.revision = revision; // ours even if the deadline passed meanwhile: a release must delete it
     this.recovered();
     if (signal.aborted || this.current !== "owner" || this.heldEpoch !== epoch) return;
+    if (this.renewalMissed) {
+      this.renewalMissed = false;
+      this.opts.onTransition?.("renewed-late");
+    }
     this.extend(sentAt);
   }
 
@@ -360,6 +420,7 @@ export class LinkLease {
     if (this.current !== "owner") return;
     this.deadline = -Infinity;
     clearTimeout(this.deadlineTimer);
+    this.opts.onTransition?.("lost");
     this.setState("lost", reason);
     for (const cb of this.lostCallbacks) {
       try {
@@ -384,24 +445,13 @@ export class LinkLease {
   }
 
   private async bucket(): Promise<KV> {
-    if (this.kv) return this.kv;
-    const js = jetstream(this.opts.nc, {
-      timeout: this.opts.requestTimeoutMs,
-      ...(this.opts.domain ? { domain: this.opts.domain } : {}),
+    this.kv ??= await openGroupBucket({
+      nc: this.opts.nc,
+      domain: this.opts.domain,
+      bucket: this.opts.bucket,
+      timeoutMs: this.opts.requestTimeoutMs,
+      replicas: this.opts.replicas,
     });
-    const kvm = new Kvm(js);
-    // Reads go to the stream leader (no direct get): a lagging replica would only cost futile CAS attempts.
-    const create = (replicas: number) => kvm.create(this.opts.bucket, { history: 1, replicas, allow_direct: false });
-    try {
-      try {
-        this.kv = await create(this.opts.replicas ?? 3);
-      } catch (err) {
-        if (this.opts.replicas !== undefined || !isApiCode(err, REPLICAS_NOT_SUPPORTED)) throw err;
-        this.kv = await create(1);
-      }
-    } catch (err) {
-      throw classifyJsError(err, `lease bucket ${this.opts.bucket}`);
-    }
     return this.kv;
   }
 

@@ -34,7 +34,12 @@ export interface LeaseOptions {
   readonly logger: Logger;
   /** Monotonic clock in ms (default `performance.now`); injectable for tests. Never a wall clock. */
   readonly now?: () => number;
+  /** Called at every change of ownership (for `relay_lease_transitions_total`). */
+  readonly onTransition?: (reason: LeaseTransition) => void;
 }
+
+/** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */
+export type LeaseTransition = "acquired" | "renewed-late" | "lost" | "released" | "handed-over";
 
 /** LeaseOptions with every field filled (what the lease runs on). */
 export interface CompiledLeaseOptions {
@@ -53,6 +58,7 @@ export interface CompiledLeaseOptions {
   readonly requestTimeoutMs: number;
   readonly replicas: number | undefined;
   readonly now: () => number;
+  readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
 }
 
 /** The JSON value stored under the lease key. `renewedAt` is informational: no decision reads it. */
@@ -97,5 +103,6 @@ export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
     requestTimeoutMs: Math.max(renewMs, 500),
     replicas: opts.replicas,
     now: opts.now ?? (() => performance.now()),
+    onTransition: opts.onTransition,
   });
 }

@@ -43,9 +43,15 @@ export class LinkStateMachine {
     return this.transitions;
   }
 
-  /** Changes state; a no-op when unchanged. `stopped` and `failed` are final until `reset()`. */
+  /**
+   * Changes state. Unchanged, only a new reason is kept (no log line, no history entry): e.g. a standby
+   * link learning which relay owns it. `stopped` and `failed` are final until `reset()`.
+   */
   set(next: LinkState, reason?: string): void {
-    if (next === this.current) return;
+    if (next === this.current) {
+      if (reason !== undefined) this.lastReason = reason;
+      return;
+    }
     if ((this.current === "failed" || this.current === "stopped") && next !== "stopped") return;
     const prev = this.current;
     this.current = next;

@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
+import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
@@ -60,6 +61,23 @@ export interface LinkStatus {
   /** Lost source ranges reported so far (the last 10). */
   readonly gaps: readonly Gap[];
   readonly lastResync?: ResyncResult & { readonly reason: ResyncReason; readonly at: string };
+  /** Who owns the link in the region's group (absent on a link that never started). */
+  readonly ownership?: LinkOwnership;
+}
+
+export interface LinkOwnership {
+  /** The member holding the lease, as this relay last saw it (undefined: nobody, or not known yet). */
+  readonly owner?: string;
+  /** This relay is the owner. */
+  readonly self: boolean;
+  /** The KV revision at which this relay acquired the lease (when it is the owner). */
+  readonly epoch?: number;
+  /** Since when this relay owns it (when it is the owner). */
+  readonly since?: string;
+  /** Group placement wants this relay to own the link. */
+  readonly preferred: boolean;
+  /** The lease key in the group bucket. */
+  readonly key: string;
 }
 
 /** Lifetime of one pull request (ms). */
@@ -100,6 +118,8 @@ export class Link {
   private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
   private standby = false;
+  /** Placement moved the link to another member: the loop drains and releases the lease (why). */
+  private handoverReason: string | undefined;
   private gapDetector: GapDetector;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
@@ -143,6 +163,16 @@ export class Link {
     this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
     deps.lease.onLost((reason) => this.leaseLost(reason));
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
+  }
+
+  /** The link as group placement drives it (its lease key is the unit). */
+  get placed(): PlacedUnit {
+    const lease = this.deps.lease;
+    return {
+      unit: lease.key,
+      owner: () => (lease.valid() ? lease.member : lease.holder),
+      setPreferred: (preferred, reason) => this.setPreferred(preferred, reason),
+    };
   }
 
   get currentState(): LinkState {
@@ -198,7 +228,58 @@ export class Link {
       stateHistory: [...this.state.history],
       gaps: [...this.gaps],
       ...(this.lastResync ? { lastResync: this.lastResync } : {}),
+      ownership: this.ownership(),
     };
+  }
+
+  private ownership(): LinkOwnership {
+    const lease = this.deps.lease;
+    const self = lease.valid();
+    const owner = self ? lease.member : lease.holder;
+    const epoch = self ? lease.epoch : undefined;
+    const since = self ? lease.since : undefined;
+    return {
+      ...(owner !== undefined ? { owner } : {}),
+      self,
+      ...(epoch !== undefined ? { epoch } : {}),
+      ...(since !== undefined ? { since } : {}),
+      preferred: lease.isEligible,
+      key: lease.key,
+    };
+  }
+
+  /**
+   * Group placement: whether this relay should own the link. A relay that owns it and is no longer
+   * preferred hands it over: it stops pulling, finishes what it holds (publish → ack) and releases the
+   * lease, so the preferred member takes it at once and starts where this one left off. Never overlap.
+   */
+  setPreferred(preferred: boolean, reason: string): void {
+    const lease = this.deps.lease;
+    lease.setEligible(preferred);
+    if (preferred) {
+      if (this.handoverReason !== undefined) this.logger.info({ reason }, "handover cancelled: placement wants this relay to keep the link");
+      this.handoverReason = undefined;
+      return;
+    }
+    if (!lease.valid() || this.handoverReason !== undefined || this.abort.signal.aborted) return;
+    this.handoverReason = reason;
+    this.logger.info({ reason, inFlight: this.pipeline.size }, "handing the link over: stop pulling, finish what is in flight, then release the lease");
+    this.messages?.stop();
+  }
+
+  /** The handover's second half, in the consume loop once the pull stopped. */
+  private async handOver(): Promise<void> {
+    const reason = this.handoverReason;
+    // Nothing new is pulled: the pipeline only shrinks, unless the destination is down (then it waits).
+    while (this.pipeline.size > 0 && this.handoverReason !== undefined && !this.abort.signal.aborted) {
+      await this.pipeline.drained(AbortSignal.any([this.abort.signal, AbortSignal.timeout(1_000)]));
+    }
+    if (this.handoverReason === undefined || this.abort.signal.aborted) return;
+    this.handoverReason = undefined;
+    if (!this.deps.lease.valid()) return; // lost meanwhile: nothing to hand over
+    await this.deps.lease.release("handed-over");
+    this.logger.info({ reason }, "link handed over: everything this relay held is acked and the lease released");
+    this.deps.lease.start();
   }
 
   private async startGuard(): Promise<void> {
@@ -255,6 +336,7 @@ export class Link {
     const js = jetstream(source, domain ? { domain } : {});
     await this.guardReady;
     while (!this.abort.signal.aborted && this.state.state !== "failed") {
+      if (this.handoverReason !== undefined) await this.handOver();
       if (!(await this.holdLease())) return;
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
@@ -285,6 +367,7 @@ export class Link {
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (this.abort.signal.aborted) return;
+        if (this.handoverReason !== undefined) continue; // placement moved the link meanwhile
         const messages = await consumer.consume({
           max_messages: config.batchSize,
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
@@ -561,6 +644,7 @@ export class Link {
     if (this.standby) {
       const holder = this.deps.lease.holder;
       if (holder !== undefined) return this.state.set("standby", `relay ${holder} owns the link (group lease)`);
+      if (!this.deps.lease.isEligible) return this.state.set("standby", "placed on another relay of the group: waiting for it to take the lease");
       // Nobody else owns it: this relay is on its way to (re)take it, e.g. after the region was unreachable.
       return this.state.set(this.state.state === "starting" ? "starting" : "recovering", "waiting for the link lease");
     }

@@ -148,6 +148,23 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    linkOwner: new Gauge({
+      name: "relay_link_owner",
+      help: "1 while this relay holds the link's lease (it consumes, publishes and acks for it), else 0",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    leaseTransitions: new Counter({
+      name: "relay_lease_transitions_total",
+      help: "Changes of a link's ownership on this relay, by reason (acquired|renewed-late|lost|released|handed-over)",
+      labelNames: ["link", "reason"] as const,
+      registers,
+    }),
+    groupMembers: new Gauge({
+      name: "relay_group_members",
+      help: "Live relays in this relay's region group, as this relay sees them (0: it cannot reach the group bucket)",
+      registers,
+    }),
   };
 }
 

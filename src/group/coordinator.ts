@@ -1,0 +1,84 @@
+import type { Logger } from "pino";
+import type { GroupMembership, MemberView } from "./membership.js";
+import { placeUnits } from "./placement.js";
+import type { PlacementMember } from "./placement.js";
+
+/** A link (or a partition of one) as placement drives it. */
+export interface PlacedUnit {
+  /** Its lease key: unique in the group. */
+  readonly unit: string;
+  /** The member that owns it now, as this member sees it (undefined: nobody, or not known). */
+  owner(): string | undefined;
+  /** Whether this member should own it; a member that owns it and is not preferred hands it over. */
+  setPreferred(preferred: boolean, reason: string): void;
+}
+
+/**
+ * Spreads a region's links over the live members of its group (DESIGN §9): every time the member set
+ * changes, each member computes the same placement (placement.ts) and makes its own links eligible or
+ * not; an owner that is no longer preferred hands its link over (drain, ack, release) to the one that is.
+ * A member that cannot see the group (its own key not written within the lease) prefers nothing: it
+ * cannot hold leases either, and the others take its links.
+ */
+export class GroupCoordinator {
+  private readonly units = new Map<string, PlacedUnit>();
+  private readonly preferred = new Map<string, boolean>();
+  private stopped = false;
+
+  constructor(
+    private readonly membership: GroupMembership,
+    private readonly self: PlacementMember,
+    private readonly logger: Logger,
+    private readonly onMembers: (members: readonly MemberView[]) => void = () => {},
+  ) {
+    membership.onChange((members, changed) => {
+      if (this.stopped) return;
+      if (changed) this.onMembers(members);
+      this.apply(members, changed ? "group members changed" : "owners re-read");
+    });
+  }
+
+  /** Adds a link; it is placed at once when the group is known (else at the first member read). */
+  add(unit: PlacedUnit): void {
+    this.units.set(unit.unit, unit);
+    this.apply(this.membership.members, "link started");
+  }
+
+  /** Placement stops steering the links (the relay is stopping: its links drain and release on their own). */
+  stop(): void {
+    this.stopped = true;
+  }
+
+  /** The member each unit is placed on, as this member computes it now. */
+  placement(): Map<string, string> {
+    return placeUnits([...this.units.keys()], this.membership.members, this.owners());
+  }
+
+  private owners(): Map<string, string> {
+    const owners = new Map<string, string>();
+    for (const [key, unit] of this.units) {
+      const owner = unit.owner();
+      if (owner !== undefined) owners.set(key, owner);
+    }
+    return owners;
+  }
+
+  private apply(members: readonly MemberView[], why: string): void {
+    if (this.stopped) return;
+    const visible = members.some((m) => m.id === this.self.id);
+    const placed = visible ? placeUnits([...this.units.keys()], members, this.owners()) : new Map<string, string>();
+    for (const [key, unit] of this.units) {
+      const target = placed.get(key);
+      const mine = target === this.self.id;
+      if (this.preferred.get(key) === mine) continue;
+      this.preferred.set(key, mine);
+      const reason = !visible
+        ? "this relay cannot see its group: the others take its links"
+        : mine
+          ? `placed on this relay (${members.length} members)`
+          : `placed on ${target ?? "?"} (${members.length} members)`;
+      this.logger.info({ unit: key, preferred: mine, target, why }, `placement: ${reason}`);
+      unit.setPreferred(mine, reason);
+    }
+  }
+}

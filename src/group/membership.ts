@@ -1,0 +1,238 @@
+import { KvWatchInclude } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { openGroupBucket } from "./bucket.js";
+import type { PlacementMember } from "./placement.js";
+
+/** Member keys live under this prefix in the group bucket, beside the leases. */
+export const MEMBER_PREFIX = "_group.members";
+
+export interface MembershipOptions {
+  /** Connection to the region's own cluster (where the group bucket is). Not closed here. */
+  readonly nc: NatsConnection;
+  readonly domain?: string | undefined;
+  readonly bucket: string;
+  /** This process (unique, never reused) and its stable name (host or pod name). */
+  readonly member: PlacementMember;
+  /** A member whose key has not changed for this long (by this member's own clock) is gone. */
+  readonly leaseMs: number;
+  /** How often this member writes its key and reads the others'. */
+  readonly renewMs: number;
+  readonly logger: Logger;
+  /** Monotonic clock (ms); injectable for tests. */
+  readonly now?: () => number;
+}
+
+/** A live member as this process sees it. */
+export interface MemberView extends PlacementMember {
+  /** When it joined (its own wall clock, informational). */
+  readonly startedAt: string;
+}
+
+interface MemberValue {
+  readonly id: string;
+  readonly name: string;
+  readonly startedAt: string;
+}
+
+/** Keys of members unchanged this long are deleted by whoever sees them (a member that crashed). */
+const FORGET_AFTER_MS = 60_000;
+
+/**
+ * The live members of a region's group (DESIGN §9). Every member writes its own key every `renewMs`
+ * and reads everyone's; a member is live while its key keeps changing, judged, like leases, by the
+ * reader's own monotonic clock since it saw the revision change (never by a wall time in the value).
+ * A member that stops deletes its key, so the others see it leave at their next read.
+ *
+ * Lifecycle: `start()`, idempotent `stop()`, `closed()`. `onChange` runs when the live set changes.
+ */
+export class GroupMembership {
+  private readonly now: () => number;
+  private readonly logger: Logger;
+  private readonly key: string;
+  private readonly startedAt = new Date().toISOString();
+  private kv: KV | undefined;
+  /** key → last revision seen, when it was first seen (own clock), and the member it names. */
+  private readonly seen = new Map<string, { revision: number; at: number; value: MemberValue }>();
+  private live: readonly MemberView[] = [];
+  /** Own key written within the lease: this member can see and be seen. */
+  private ownWrittenAt = -Infinity;
+  private readonly listeners: ((members: readonly MemberView[], changed: boolean) => void)[] = [];
+  private readonly abort = new AbortController();
+  /** Ends the current pause between reads (a member joined or left: read now). */
+  private wakeNap: (() => void) | undefined;
+  private watching = false;
+  private running: Promise<void> | undefined;
+  private stopping: Promise<void> | undefined;
+  private resolveClosed!: () => void;
+  private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
+
+  constructor(private readonly opts: MembershipOptions) {
+    this.now = opts.now ?? (() => performance.now());
+    this.key = `${MEMBER_PREFIX}.${opts.member.id.replace(/[^-\w]/g, "_")}`;
+    this.logger = opts.logger.child({ component: "group", bucket: opts.bucket, member: opts.member.id });
+  }
+
+  /** The live members, sorted by id (this one included once its key is written). */
+  get members(): readonly MemberView[] {
+    return this.live;
+  }
+
+  /** This member's key was written within the lease: the group can see it. */
+  get joined(): boolean {
+    return this.now() - this.ownWrittenAt < this.opts.leaseMs;
+  }
+
+  /** `cb` runs when the live set changes, and after every read (`changed` false): placement re-checks owners. */
+  onChange(cb: (members: readonly MemberView[], changed: boolean) => void): void {
+    this.listeners.push(cb);
+  }
+
+  start(): void {
+    if (this.stopping) throw new RelayError(ErrorCodes.INTERNAL, "group membership: start() after stop()");
+    this.running ??= this.loop().catch((err: unknown) => {
+      this.logger.error({ err: toRelayError(err).message }, "group membership loop failed");
+    });
+  }
+
+  /** Leaves the group: stops writing and deletes its key, so the others see it leave at once. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.abort.abort();
+      await this.running;
+      if (this.kv) {
+        await this.kv.delete(this.key).catch((err: unknown) => {
+          this.logger.warn({ err: toRelayError(err).message }, "could not delete this member's key: the others see it leave when it expires");
+        });
+      }
+      this.resolveClosed();
+    })();
+    return this.stopping;
+  }
+
+  closed(): Promise<void> {
+    return this.closedPromise;
+  }
+
+  private async loop(): Promise<void> {
+    const signal = this.abort.signal;
+    const backoff = new Backoff(Math.min(100, this.opts.renewMs), this.opts.renewMs);
+    let troubled = false;
+    while (!signal.aborted) {
+      try {
+        this.kv ??= await openGroupBucket({ nc: this.opts.nc, domain: this.opts.domain, bucket: this.opts.bucket, timeoutMs: Math.max(this.opts.renewMs, 500) });
+        const sentAt = this.now();
+        const value: MemberValue = { id: this.opts.member.id, name: this.opts.member.name, startedAt: this.startedAt };
+        await this.kv.put(this.key, JSON.stringify(value));
+        this.ownWrittenAt = sentAt;
+        await this.read(this.kv);
+        this.watch(this.kv);
+        if (troubled) this.logger.info("group bucket reachable again");
+        troubled = false;
+        backoff.reset();
+        await this.nap(this.opts.renewMs);
+      } catch (err) {
+        if (signal.aborted) break;
+        if (!troubled) this.logger.warn({ err: toRelayError(err).message }, "group bucket unreachable: this member cannot see the group");
+        troubled = true;
+        this.update();
+        await sleep(backoff.next(), signal);
+      }
+    }
+  }
+
+  /** Sleeps until the next read is due, or a member joins or leaves (seen through a watch). */
+  private async nap(ms: number): Promise<void> {
+    const ac = new AbortController();
+    this.wakeNap = () => ac.abort();
+    try {
+      await sleep(ms, AbortSignal.any([this.abort.signal, ac.signal]));
+    } finally {
+      this.wakeNap = undefined;
+    }
+  }
+
+  /** Best effort: a member's key that is new or deleted wakes the loop; polling stays the fallback. */
+  private watch(kv: KV): void {
+    if (this.watching || this.abort.signal.aborted) return;
+    this.watching = true;
+    (async () => {
+      const iter = await kv.watch({ key: `${MEMBER_PREFIX}.>`, include: KvWatchInclude.UpdatesOnly });
+      const onAbort = () => iter.stop();
+      this.abort.signal.addEventListener("abort", onAbort, { once: true });
+      try {
+        for await (const e of iter) {
+          if (e.key === this.key) continue;
+          if (e.operation !== "PUT" || !this.seen.has(e.key)) this.wakeNap?.();
+        }
+      } finally {
+        this.abort.signal.removeEventListener("abort", onAbort);
+      }
+    })()
+      .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "group watch ended"))
+      .finally(() => (this.watching = false));
+  }
+
+  /** Reads every member key; tracks when each revision was first seen. */
+  private async read(kv: KV): Promise<void> {
+    const keys: string[] = [];
+    for await (const k of await kv.keys(`${MEMBER_PREFIX}.>`)) keys.push(k);
+    const at = this.now();
+    const present = new Set<string>();
+    for (const k of keys) {
+      const entry = await kv.get(k);
+      if (!entry || entry.operation !== "PUT") continue;
+      const value = parse(entry.string());
+      if (!value) continue;
+      present.add(k);
+      const prev = this.seen.get(k);
+      if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at, value });
+      else if (k !== this.key && at - prev.at > FORGET_AFTER_MS) {
+        // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision).
+        await kv.delete(k, { previousSeq: entry.revision }).catch(() => undefined);
+        this.logger.info({ gone: prev.value.id }, "forgot a member that left without a word");
+      }
+    }
+    for (const k of [...this.seen.keys()]) if (!present.has(k)) this.seen.delete(k);
+    this.update();
+  }
+
+  private update(): void {
+    const at = this.now();
+    const live: MemberView[] = [];
+    for (const [k, s] of this.seen) {
+      const fresh = k === this.key ? this.joined : at - s.at < this.opts.leaseMs;
+      if (fresh) live.push({ id: s.value.id, name: s.value.name, startedAt: s.value.startedAt });
+    }
+    live.sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+    const before = this.live.map((m) => m.id).join(",");
+    const after = live.map((m) => m.id).join(",");
+    this.live = live;
+    const changed = before !== after;
+    if (changed) {
+      const was = new Set(before === "" ? [] : before.split(","));
+      const joined = live.filter((m) => !was.has(m.id)).map((m) => m.id);
+      const left = [...was].filter((id) => !live.some((m) => m.id === id));
+      this.logger.info({ members: live.length, joined, left }, "group members changed");
+    }
+    for (const cb of this.listeners) {
+      try {
+        cb(live, changed);
+      } catch (err) {
+        this.logger.error({ err: toRelayError(err).message }, "group change listener threw");
+      }
+    }
+  }
+}
+
+function parse(text: string): MemberValue | undefined {
+  try {
+    const v = JSON.parse(text) as Partial<MemberValue>;
+    return typeof v.id === "string" && typeof v.name === "string" ? { id: v.id, name: v.name, startedAt: String(v.startedAt ?? "") } : undefined;
+  } catch {
+    return undefined;
+  }
+}
