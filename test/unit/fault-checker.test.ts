@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { assertDelivery, computeReport, storedCopies } from "../faults/checker.js";
 import type { FaultReport, SourceMessage, StoredCopy } from "../faults/checker.js";
+import { ownershipOverlaps } from "../faults/ownership.js";
 
 /** m-0 .. m-(n-1) on S.<i % 2>, seq i + 1. */
 function source(n: number): SourceMessage[] {
@@ -163,5 +164,18 @@ test("assertDelivery: relayedMustEqualStored compares the counter with the store
   assert.throws(
     () => assertDelivery({ ...dup, relayedMetric: 4 }, { relayedMustEqualStored: true }),
     /relayed metric 4 != 3 stored copies/,
+  );
+});
+
+test("ownershipOverlaps: intervals of two relays on one lease key that intersect are reported; back-to-back ones are not", () => {
+  const line = (time: number, key: string, from: string, to: string) =>
+    JSON.stringify({ level: 30, time, component: "lease", key, from, to, msg: `lease ${to}` });
+  const relay0 = [line(100, "k1", "contending", "owner"), line(200, "k1", "owner", "idle"), line(300, "k2", "contending", "owner")];
+  const relay1 = [line(200, "k1", "contending", "owner"), line(350, "k2", "contending", "owner"), line(400, "k2", "owner", "lost")];
+  const overlaps = ownershipOverlaps([relay0, relay1]);
+  assert.deepEqual(
+    overlaps.map((o) => [o.key, o.first.relay, o.second.relay]),
+    [["k2", 0, 1]],
+    "k1 handed over at 200 (no overlap); k2 still held by relay 0 when relay 1 took it",
   );
 });
