@@ -1,19 +1,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { jetstreamManager } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/nats-core";
 import { check } from "../helpers/check.js";
 import type { HasAfter } from "../helpers/servers.js";
 import { streamCount } from "../helpers/streams.js";
 import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/relays.js";
 import type { RelayProcess } from "../helpers/relays.js";
-import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
-import type { TwoRegions } from "../helpers/scenario.js";
-import { watchLiveness } from "../helpers/liveness.js";
-import type { LivenessReport, LivenessWatch } from "../helpers/liveness.js";
+import { linkYaml, twoRegions, waitForCount } from "../helpers/scenario.js";
+import type { LivenessReport } from "../helpers/liveness.js";
 import { assertDelivery, checkDelivery, jitter, LONG, readSource, recordRow, scaled } from "./checker.js";
-import type { FaultReport } from "./checker.js";
+import { assertMidTransfer, mergeLiveness, settled, startLoad, terminate, waitReady, watch, withReport } from "./process-harness.js";
 
 /**
  * The relay process itself fails: killed, frozen, rolled over to a second copy, terminated, or its
@@ -55,137 +51,6 @@ function runRelay(t: HasAfter, config: string): RelayProcess {
   return spawnRelay(t, ["run", "--config", config, "--region", "b"]);
 }
 
-/** SIGTERM, and the exit code once it has drained. */
-async function terminate(relay: RelayProcess): Promise<number | null> {
-  relay.signal("SIGTERM");
-  return relay.exited;
-}
-
-/**
- * Publishes `total` ids (`m-<i>`, five subjects) in the background: first `burst` of them unpaced (a
- * backlog to catch up on), the rest `ratePerSec` a second (unpaced when 0): load that goes on while
- * the fault is injected.
- */
-function startLoad(
-  nc: NatsConnection,
-  subjectPrefix: string,
-  total: number,
-  opts: { ratePerSec: number; burst?: number },
-) {
-  const tick = 100;
-  const paced = opts.ratePerSec > 0;
-  const chunk = paced ? Math.max(1, Math.round((opts.ratePerSec * tick) / 1_000)) : total;
-  let published = 0;
-  const run = async (): Promise<void> => {
-    const burst = Math.min(total, opts.burst ?? 0);
-    if (burst > 0) await publishIds(nc, subjectPrefix, "m", burst);
-    published = burst;
-    while (published < total) {
-      const started = Date.now();
-      const n = Math.min(chunk, total - published);
-      await publishIds(nc, subjectPrefix, "m", n, published);
-      published += n;
-      const rest = tick - (Date.now() - started);
-      if (paced && rest > 0) await delay(rest);
-    }
-  };
-  const done = run();
-  // Awaited by the test; this only keeps an early failure from being an unhandled rejection meanwhile.
-  done.catch(() => undefined);
-  return {
-    done,
-    get published() {
-      return published;
-    },
-    get finished() {
-      return published >= total;
-    },
-  };
-}
-
-/**
- * Waits until the relay has consumed and acked all of the source: every consumer on it has delivered
- * the last sequence, with nothing pending or unacked. Returns the timeout error instead of throwing it,
- * so the test still reports what the destination holds (the numbers say more than "timed out").
- */
-async function settled(nc: NatsConnection, stream: string, what: string): Promise<Error | undefined> {
-  const jsm = await jetstreamManager(nc);
-  return check(
-    async () => {
-      const last = (await jsm.streams.info(stream)).state.last_seq;
-      const consumers = await jsm.consumers.list(stream).next();
-      return (
-        consumers.length > 0 &&
-        consumers.every(
-          (c) => c.delivered.stream_seq >= last && c.num_pending === 0 && c.num_ack_pending === 0,
-        )
-      );
-    },
-    { name: `every message of ${stream} delivered and acked ${what}`, timeoutMs: SETTLE_MS, intervalMs: 200 },
-  ).then(
-    () => undefined,
-    async (err: unknown) => {
-      const consumers = await jsm.consumers.list(stream).next();
-      const where = consumers.map((c) => ({
-        name: c.name,
-        delivered: c.delivered.stream_seq,
-        ackFloor: c.ack_floor.stream_seq,
-        pending: c.num_pending,
-        ackPending: c.num_ack_pending,
-        redelivered: c.num_redelivered,
-      }));
-      return new Error(`${String(err)}; consumers: ${JSON.stringify(where)}`, { cause: err });
-    },
-  );
-}
-
-/** A fault test that did not finish: its error, with what the destination held by then. */
-function withReport(err: Error, report: FaultReport): Error {
-  return new Error(`${report.fault}: ${err.message}\n${JSON.stringify(report, null, 2)}`, { cause: err });
-}
-
-async function waitReady(url: string, what: string): Promise<void> {
-  let last = "";
-  await check(
-    async () => {
-      const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(1_000) });
-      last = await res.text();
-      return res.ok;
-    },
-    { name: `${what} /readyz 200`, timeoutMs: 30_000 },
-  ).catch((err: unknown) => {
-    throw new Error(`${String(err)}; last /readyz: ${last.replace(/\s+/g, " ").slice(0, 1_000)}`, {
-      cause: err,
-    });
-  });
-}
-
-/** Fault injected while thousands of messages are still to go, or the test proves nothing. */
-async function assertMidTransfer(r: TwoRegions, total: number, load?: { finished: boolean }): Promise<void> {
-  const n = await streamCount(r.ncb, r.dst);
-  assert.ok(
-    n < total - 1_000 || (load !== undefined && !load.finished),
-    `fault injected mid-transfer (${n} of ${total} relayed, load finished: ${load?.finished})`,
-  );
-}
-
-function mergeLiveness(reports: readonly LivenessReport[]): LivenessReport | undefined {
-  if (reports.length === 0) return undefined;
-  const failed = reports.find((r) => r.firstFailure !== undefined);
-  return {
-    probes: reports.reduce((n, r) => n + r.probes, 0),
-    failures: reports.reduce((n, r) => n + r.failures, 0),
-    worstMs: Math.max(...reports.map((r) => r.worstMs)),
-    ...(failed?.firstFailure === undefined ? {} : { firstFailure: failed.firstFailure }),
-  };
-}
-
-function watch(t: HasAfter, url: string): LivenessWatch {
-  const w = watchLiveness(url);
-  t.after(() => w.stop());
-  return w;
-}
-
 test("a: the relay is SIGKILLed at random moments mid-transfer and restarted: every id once, in order", async (t) => {
   const r = await setup(t);
   const total = scaled(30_000, 300_000);
@@ -213,7 +78,7 @@ test("a: the relay is SIGKILLed at random moments mid-transfer and restarted: ev
   }
   const last = runRelay(t, r.config);
   await load.done;
-  const stuck = await settled(r.nca, r.src, "after the last restart");
+  const stuck = await settled(r.nca, r.src, "after the last restart", SETTLE_MS);
   assert.equal(await terminate(last), 0, "the last relay drains and exits 0");
   const source = await readSource(r.nca, r.src);
   assert.equal(source.length, total);
@@ -253,7 +118,7 @@ test("b: relay A frozen (SIGSTOP) longer than ackWait while relay B runs the lin
     relayA.signal("SIGCONT");
   }
   await load.done;
-  const stuck = await settled(r.nca, r.src, "with both relays running");
+  const stuck = await settled(r.nca, r.src, "with both relays running", SETTLE_MS);
   const liveness = await liveB.stop();
   const [codeA, codeB] = await Promise.all([terminate(relayA), terminate(relayB)]);
   const source = await readSource(r.nca, r.src);
@@ -300,7 +165,7 @@ test("c: rollout with maxSurge 1: B starts next to A under load, then A is SIGTE
     old = next;
   }
   await load.done;
-  const stuck = await settled(r.nca, r.src, "after the rollout");
+  const stuck = await settled(r.nca, r.src, "after the rollout", SETTLE_MS);
   assert.equal(await terminate(old), 0, "the last relay drains and exits 0");
   const source = await readSource(r.nca, r.src);
   assert.equal(source.length, total);
@@ -350,7 +215,7 @@ test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id 
   }
   const again = runRelay(t, r.config);
   await load.done;
-  const stuck = await settled(r.nca, r.src, "after the restart");
+  const stuck = await settled(r.nca, r.src, "after the restart", SETTLE_MS);
   assert.equal(await terminate(again), 0);
   const source = await readSource(r.nca, r.src);
   assert.equal(source.length, total);
@@ -406,7 +271,7 @@ test("e: the Redis guard is SIGKILLed under load and restarted: the link pauses,
     );
   }
   await load.done;
-  stuck ??= await settled(r.nca, r.src, "after Redis came back");
+  stuck ??= await settled(r.nca, r.src, "after Redis came back", SETTLE_MS);
   const liveness = await live.stop();
   const relayedMetric = await metricValue(relay, "relay_messages_total", { outcome: "relayed" });
   const source = await readSource(r.nca, r.src);
