@@ -34,18 +34,21 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   }
   console.log(`relay region ${status.region}, started ${status.startedAt}`);
   console.log(formatTable(status));
+  if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
   return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
 }
 
 export function formatTable(status: RelayStatus): string {
-  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
   const rows = status.links.map((l) => [
     l.name,
     l.from,
     l.to,
     l.state,
     l.stateSince,
+    l.ownership ? (l.ownership.self ? "this relay" : (l.ownership.owner ?? "-")) : "-",
+    l.ownership?.epoch !== undefined ? String(l.ownership.epoch) : "-",
     String(l.backlog?.messages ?? "?"),
     l.backlog ? `${l.backlog.ageSeconds.toFixed(1)}s` : "?",
     String(l.inFlight),
@@ -54,6 +57,19 @@ export function formatTable(status: RelayStatus): string {
     l.guard,
     l.lastError ? `${l.lastError.code}: ${l.lastError.message}`.slice(0, 60) : "-",
   ]);
+  return table(header, rows);
+}
+
+/** The region's group as the relay sees it: every live member and the links placed on it. */
+export function formatGroup(status: RelayStatus): string {
+  const group = status.group;
+  if (!group) return "";
+  const header = ["MEMBER", "NAME", "JOINED", "LINKS PLACED"];
+  const rows = group.members.map((m) => [m.id === group.member ? `${m.id} (this relay)` : m.id, m.name, m.startedAt, m.placed.join(",") || "-"]);
+  return `group bucket ${group.bucket}: ${group.members.length} member(s)\n${table(header, rows)}`;
+}
+
+function table(header: string[], rows: string[][]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
   const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
   return [line(header), ...rows.map(line)].join("\n");

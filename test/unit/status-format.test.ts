@@ -1,0 +1,44 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { formatGroup, formatTable } from "../../src/cli/status-command.js";
+import type { RelayStatus } from "../../src/relay.js";
+
+const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
+  name,
+  from: "a/S",
+  to: "b/S",
+  state: self ? ("live" as const) : ("standby" as const),
+  stateSince: "2026-12-01T00:00:00.000Z",
+  guard: "none" as const,
+  inFlight: 0,
+  corrections: {},
+  stateHistory: [],
+  gaps: [],
+  ownership: { owner, self, preferred: self, key: `a.S.${name}`, ...(epoch !== undefined ? { epoch, since: "2026-12-01T00:00:01.000Z" } : {}) },
+});
+
+const status: RelayStatus = {
+  region: "b",
+  startedAt: "2026-12-01T00:00:00.000Z",
+  links: [link("l1", true, "m1", 42), link("l2", false, "m2")],
+  group: {
+    bucket: "relay_leases",
+    member: "m1",
+    name: "host-1",
+    members: [
+      { id: "m1", name: "host-1", startedAt: "2026-12-01T00:00:00.000Z", placed: ["l1"] },
+      { id: "m2", name: "host-2", startedAt: "2026-12-01T00:00:00.000Z", placed: ["l2"] },
+    ],
+  },
+};
+
+test("status shows each link's owner and epoch, and the group's members with the links placed on each", () => {
+  const table = formatTable(status).split("\n");
+  assert.match(table[0] ?? "", /OWNER\s+EPOCH/);
+  assert.match(table[1] ?? "", /^l1 .*this relay\s+42/);
+  assert.match(table[2] ?? "", /^l2 .*m2\s+-/);
+  const group = formatGroup(status).split("\n");
+  assert.equal(group[0], "group bucket relay_leases: 2 member(s)");
+  assert.match(group[2] ?? "", /^m1 \(this relay\)\s+host-1\s+\S+\s+l1$/);
+  assert.match(group[3] ?? "", /^m2\s+host-2\s+\S+\s+l2$/);
+});
