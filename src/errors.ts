@@ -36,6 +36,11 @@ export const ErrorCodes = {
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /** The guard's Redis does not persist versions and `guard.strict` is set. */
   GUARD_NOT_DURABLE: "GUARD_NOT_DURABLE",
+  /**
+   * The guard refused a claim or commit made under an older lease epoch than one it has seen for the
+   * link: another relay of the group owns the link now (this one was paused past its lease).
+   */
+  LEASE_FENCED: "LEASE_FENCED",
   /** The guard's Redis is older than the guard needs (6.2: `SET ... GET`). */
   GUARD_UNSUPPORTED: "GUARD_UNSUPPORTED",
   /** A message lacks, or carries a malformed, entity/version the link requires. */

@@ -179,6 +179,7 @@ export class Relay {
         logger: logger.child({ link: config.name, component: "guard" }),
         scope: `${config.to.region}:${config.to.stream}`,
         linkName: config.name,
+        fence: leaseKey(config),
       });
       const destDomain = this.config.regions.get(this.region)?.domain;
       const lease = new LinkLease({

@@ -10,6 +10,7 @@
  *
  *   relay:{<scope>}:id:<id>       "c:<token>" (claimed, TTL claimTtl) | "d" (done, TTL idTtl)
  *   relay:{<scope>}:ver:<entity>  last committed version, no TTL (it must outlive every id)
+ *   relay:{<scope>}:epoch:<fence> the newest lease epoch seen for a link (its lease key), no TTL
  *
  * Packed arguments. A batch travels as ONE argument, its items' fields separated by "\n" (ids and
  * entities come from header values and subject tokens, which cannot hold a newline; the guard
@@ -71,6 +72,24 @@ local prefix = KEYS[1]
 const withReader = (argIndex: number, body: string): string => READER.replace("PACKED_ARG", String(argIndex)) + body;
 
 /**
+ * The lease-epoch fence, first thing in claim and commit: ARGV[EPOCH] is the caller's epoch ("" when
+ * it has none), ARGV[EPOCH + 1] the fence name. An epoch older than the newest seen returns
+ * {'F', newest} and changes nothing; a newer one becomes the newest.
+ */
+const fence = (epochArg: number, fenced: string): string => `
+if ARGV[${epochArg}] ~= '' then
+  local fenceKey = prefix .. 'epoch:' .. ARGV[${epochArg + 1}]
+  local newest = tonumber(redis.call('GET', fenceKey) or '0')
+  local epoch = tonumber(ARGV[${epochArg}])
+  if epoch < newest then return ${fenced} end
+  if epoch > newest then redis.call('SET', fenceKey, ARGV[${epochArg}]) end
+end
+`;
+
+/** The reply of a fenced script: {FENCED_REPLY, newest epoch}. */
+export const FENCED_REPLY = "F";
+
+/**
  * Claim a batch.
  *   KEYS[1]   the scope prefix `relay:{<scope>}:`
  *   ARGV[1]   our claim value "c:<token>" (one token per claim call)
@@ -78,6 +97,8 @@ const withReader = (argIndex: number, body: string): string => READER.replace("P
  *   ARGV[3]   n
  *   ARGV[4]   packed: per item `<id>\n<entity>\n<version>\n` (entity and version "" when none)
  *   ARGV[5]   "1": take over claims of other tokens (ordered recovery of a dead owner's messages)
+ *   ARGV[6]   the caller's lease epoch, or "" (see fence)
+ *   ARGV[7]   the fence name (the link's lease key)
  * Reply: {decision codes, one character per item; stored versions compared against, "\n"-separated
  * per item ("" when none), or "" when no item had one}.
  *
@@ -99,7 +120,7 @@ const withReader = (argIndex: number, body: string): string => READER.replace("P
  */
 export const CLAIM_LUA = withReader(
   4,
-  `
+  `${fence(6, "{'F', tostring(newest)}")}
 local claim = ARGV[1]
 local ttl = ARGV[2]
 local n = tonumber(ARGV[3])
@@ -170,6 +191,7 @@ return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
  *   ARGV[1]   id TTL in ms
  *   ARGV[2]   n
  *   ARGV[3]   packed: per item `<claim value>\n<id>\n<entity>\n<version>\n`
+ *   ARGV[4]   the caller's lease epoch, or "" (see fence); ARGV[5] the fence name
  * Every id becomes "d" with the long TTL (one `SET ... GET`, Redis 6.2 or later), whoever holds the key now: the message WAS published,
  * so later copies are duplicates even if our claim expired meanwhile. Versions advance only by
  * compare-and-set (new > stored), so an older commit arriving late never lowers them.
@@ -177,7 +199,7 @@ return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
  */
 export const COMMIT_LUA = withReader(
   3,
-  `
+  `${fence(4, "{'F', tostring(newest)}")}
 local ttl = ARGV[1]
 local n = tonumber(ARGV[2])
 local lost = 0

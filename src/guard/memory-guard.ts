@@ -1,9 +1,10 @@
 import type { Logger } from "pino";
 import type { GuardConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
 import { DONE_VALUE, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
-import type { ClaimedItem, ClaimOptions, ClaimResult, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardItem } from "./types.js";
 
 /**
  * A few Redis string commands in process memory (GET, SET with PX, DEL), with lazy expiry. Several
@@ -59,6 +60,8 @@ export interface MemoryGuardDeps {
   readonly logger: Logger;
   readonly scope: string;
   readonly linkName: string;
+  /** The link's lease key (see GuardDeps.fence); default: the link name. */
+  readonly fence?: string;
   /** Share a store between instances; a private one otherwise. */
   readonly store?: MemoryGuardStore;
 }
@@ -92,6 +95,7 @@ export class MemoryGuard implements Guard {
 
   async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     checkIds(items);
+    this.fence("claim", opts.epoch);
     this.store.sweep(this.config.claimTtlMs);
     const token = retryToken ?? this.nextToken();
     const mine = claimValue(token);
@@ -139,8 +143,9 @@ export class MemoryGuard implements Guard {
     return results;
   }
 
-  async commit(items: readonly ClaimedItem[]): Promise<void> {
+  async commit(items: readonly ClaimedItem[], opts: CommitOptions = {}): Promise<void> {
     checkIds(items);
+    this.fence("commit", opts.epoch);
     let lost = 0;
     for (const item of items) {
       const key = this.keys.id(item.id);
@@ -158,6 +163,17 @@ export class MemoryGuard implements Guard {
         "guard claims expired before commit",
       );
     }
+  }
+
+  /** lua.ts `fence`: an older epoch than the newest seen is refused; a newer one becomes the newest. */
+  private fence(op: string, epoch: number | undefined): void {
+    if (epoch === undefined) return;
+    const key = `${this.keys.prefix}epoch:${this.deps.fence ?? this.deps.linkName}`;
+    const newest = Number(this.store.get(key) ?? "0");
+    if (epoch < newest) {
+      throw new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: lease epoch ${epoch} is older than epoch ${newest} of the relay that owns the link now`);
+    }
+    if (epoch > newest) this.store.set(key, String(epoch));
   }
 
   async release(items: readonly ClaimedItem[]): Promise<void> {

@@ -2,7 +2,7 @@ import type { Logger } from "pino";
 import type { GuardConfig, RedisGuardConnection } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
-import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, FIELD_SEPARATOR, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
+import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, FENCED_REPLY, FIELD_SEPARATOR, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
 import {
   DEFAULT_REDIS_TUNING,
@@ -15,7 +15,7 @@ import {
   secretsOf,
 } from "./redis-connection.js";
 import type { GuardPersistence, GuardRedisClient, RedisTuning } from "./redis-connection.js";
-import type { ClaimedItem, ClaimOptions, ClaimResult, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardItem } from "./types.js";
 
 /** The scripts as ioredis commands (defineCommand without numberOfKeys: numkeys goes first). */
 interface ScriptCommands {
@@ -28,6 +28,8 @@ export interface RedisGuardDeps {
   readonly logger: Logger;
   readonly scope: string;
   readonly linkName: string;
+  /** The link's lease key (see GuardDeps.fence); default: the link name. */
+  readonly fence?: string;
   /** Timeouts and backoff; tests shorten them. */
   readonly tuning?: Partial<RedisTuning>;
 }
@@ -117,8 +119,9 @@ export class RedisGuard implements Guard {
     checkIds(items);
     const token = retryToken ?? this.nextToken();
     const packed = items.map((item) => `${item.id}\n${versionField(item)}\n`).join(""); // flat, not a rope: cheaper to write
-    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed, opts.takeover ? "1" : "0"];
+    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed, opts.takeover ? "1" : "0", ...this.fenceArgs(opts.epoch)];
     const reply = await this.run("claim", (c) => c.relayGuardClaim(1, this.keys.prefix, ...args));
+    this.checkFence("claim", reply, opts.epoch);
     const [codes, against] = reply as [string, string];
     const stored = against === "" ? undefined : against.split(FIELD_SEPARATOR);
     return items.map((_, i) => {
@@ -133,12 +136,13 @@ export class RedisGuard implements Guard {
     });
   }
 
-  async commit(items: readonly ClaimedItem[]): Promise<void> {
+  async commit(items: readonly ClaimedItem[], opts: CommitOptions = {}): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
     const packed = items.map((item) => `${claimValue(item.token)}\n${item.id}\n${versionField(item)}\n`).join("");
-    const args = [String(this.config.idTtlMs), String(items.length), packed];
+    const args = [String(this.config.idTtlMs), String(items.length), packed, ...this.fenceArgs(opts.epoch)];
     const reply = await this.run("commit", (c) => c.relayGuardCommit(1, this.keys.prefix, ...args));
+    this.checkFence("commit", reply, opts.epoch);
     const lost = Array.isArray(reply) ? Number(reply[0]) : 0;
     if (lost > 0) {
       // Published after the claim expired: another relay may have published it too (the broker's
@@ -203,6 +207,19 @@ export class RedisGuard implements Guard {
     });
     this.client = client as GuardRedisClient & ScriptCommands;
     return this.client;
+  }
+
+  private fenceArgs(epoch: number | undefined): [string, string] {
+    return [epoch === undefined ? "" : String(epoch), this.deps.fence ?? this.deps.linkName];
+  }
+
+  /** A script that answered {'F', newest}: the caller's lease epoch is older than one the guard has seen. */
+  private checkFence(op: string, reply: unknown, epoch: number | undefined): void {
+    if (!Array.isArray(reply) || reply[0] !== FENCED_REPLY) return;
+    throw new RelayError(
+      ErrorCodes.LEASE_FENCED,
+      `link ${this.deps.linkName}: guard ${op} refused: lease epoch ${epoch} is older than epoch ${String(reply[1])} of the relay that owns the link now`,
+    );
   }
 
   private async run(

@@ -34,6 +34,13 @@ export interface ClaimOptions {
    * would wait for the dead owner's claims to expire, and newer messages could not pass them.
    */
   readonly takeover?: boolean;
+  /** The caller's lease epoch: refused (LEASE_FENCED) when the guard has seen a newer one for the link. */
+  readonly epoch?: number;
+}
+
+export interface CommitOptions {
+  /** As in ClaimOptions: a commit under an older epoch than the guard has seen is refused, nothing written. */
+  readonly epoch?: number;
 }
 
 export interface ClaimedItem extends GuardItem {
@@ -54,7 +61,7 @@ export interface Guard {
    */
   claim(items: readonly GuardItem[], token?: string, opts?: ClaimOptions): Promise<ClaimResult[]>;
   /** Marks ids done (long TTL) and advances versions by compare-and-set. One round trip. */
-  commit(items: readonly ClaimedItem[]): Promise<void>;
+  commit(items: readonly ClaimedItem[], opts?: CommitOptions): Promise<void>;
   /** Deletes claims still holding our token. One round trip. Never throws for a claim that expired. */
   release(items: readonly ClaimedItem[]): Promise<void>;
   /** Idempotent. */

@@ -153,6 +153,7 @@ export class Link {
       logger: this.logger,
       markers: this.destination.markers(),
       owns: () => deps.lease.valid(),
+      epoch: () => deps.lease.epoch,
       events: {
         publishTrouble: (err) => this.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),
         guardTrouble: (err) => this.trouble("guard", err),

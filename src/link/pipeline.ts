@@ -60,6 +60,12 @@ export interface PipelineDeps {
    * publish, commit and ack: a process woken from a long pause does nothing before it knows.
    */
   readonly owns: () => boolean;
+  /**
+   * The lease epoch this relay holds the link under (undefined: none). Claims and commits carry it, and
+   * the guard refuses an older epoch than it has seen: an ex-owner that passed `owns()` just before a
+   * pause cannot commit after another relay took over.
+   */
+  readonly epoch?: () => number | undefined;
 }
 
 /**
@@ -369,7 +375,7 @@ export class Pipeline {
     this.claimInFlight = true;
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "claim" });
     this.deps.guard
-      .claim(batch.map((e) => e.identity), token, takeover ? { takeover } : {})
+      .claim(batch.map((e) => e.identity), token, { ...(takeover ? { takeover } : {}), ...this.epochOption() })
       .then((results) => {
         end();
         this.claimRetryToken = undefined;
@@ -697,7 +703,7 @@ export class Pipeline {
     const end = this.deps.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
     this.deps.guard
       // A dead-lettered message was not applied: its id is done, its entity's version does not move.
-      .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)))
+      .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)), this.epochOption())
       .then(() => {
         end();
         this.guardRecovered();
@@ -780,9 +786,22 @@ export class Pipeline {
     this.head = 0;
   }
 
+  private epochOption(): { epoch?: number } {
+    const epoch = this.deps.epoch?.();
+    return epoch === undefined ? {} : { epoch };
+  }
+
   private guardFailed(err: unknown): void {
     const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
     this.deps.metrics.errors.inc({ ...this.label, code: relayErr.code });
+    if (relayErr.code === ErrorCodes.LEASE_FENCED) {
+      // Another relay owns the link under a newer epoch: nothing of this batch was claimed or
+      // committed. What this relay holds stays unacked; the link drops it for the new owner.
+      this.deps.logger.warn({ code: relayErr.code, err: relayErr.message }, "guard fenced this relay off: another relay owns the link");
+      this.guardBlockedUntil = Date.now() + 1_000;
+      this.scheduleAt(this.guardBlockedUntil);
+      return;
+    }
     this.troubled = true;
     this.guardBlockedUntil = Date.now() + this.guardBackoff.next();
     this.scheduleAt(this.guardBlockedUntil);

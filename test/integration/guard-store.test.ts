@@ -5,6 +5,7 @@ import { Redis } from "ioredis";
 import { pino } from "pino";
 import { uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
+import { isRelayError } from "../../src/errors.js";
 import { guardKeys } from "../../src/guard/lua.js";
 import type { GuardKeys } from "../../src/guard/lua.js";
 import { MemoryGuard, MemoryGuardStore } from "../../src/guard/memory-guard.js";
@@ -108,6 +109,29 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual(decisions(again), ["duplicate", "in-flight"]);
       assert.notEqual(again[0]?.token, rs[0].token);
       assert.deepEqual(await g.claim([]), []);
+    });
+
+    test("lease epochs fence the guard: a claim or commit under an older epoch than one seen is refused and changes nothing", async () => {
+      const s = makeSpace();
+      const [exOwner, newOwner] = [await s.guard(), await s.guard()]; // two relays of one group, on one link
+      const item = v("m1", 1);
+      // The ex-owner claimed under epoch 5, then froze; the new owner took over under epoch 9.
+      const [claimedByEx] = await exOwner.claim([item], undefined, { epoch: 5 });
+      assert.equal(claimedByEx?.decision, "relay");
+      const [taken] = await newOwner.claim([item], undefined, { epoch: 9, takeover: true });
+      assert.equal(taken?.decision, "relay");
+      // Woken, the ex-owner's commit and any new claim are refused: nothing is written.
+      const fenced = (err: unknown) => isRelayError(err, "LEASE_FENCED") && /epoch 5 is older than epoch 9/.test(err.message);
+      await assert.rejects(exOwner.commit([{ ...item, token: claimedByEx?.token ?? "" }], { epoch: 5 }), fenced);
+      await assert.rejects(exOwner.claim([{ id: "m2" }], undefined, { epoch: 5 }), fenced);
+      assert.equal(await s.raw(s.keys.id("m1")), `c:${taken?.token}`, "m1 is still the new owner's claim, not done");
+      assert.equal(await s.raw(s.keys.version("E1")), null, "the version did not move");
+      assert.equal(await s.raw(s.keys.id("m2")), null, "m2 was not claimed");
+      // The new owner commits; calls without an epoch (a relay outside a group) are not fenced.
+      await newOwner.commit([{ ...item, token: taken?.token ?? "" }], { epoch: 9 });
+      assert.equal(await s.raw(s.keys.id("m1")), "d");
+      assert.equal(await s.raw(s.keys.version("E1")), "1");
+      assert.deepEqual(decisions(await exOwner.claim([{ id: "m3" }])), ["relay"]);
     });
 
     test("another instance's open claim is in-flight; release frees it; results keep input order", async () => {
