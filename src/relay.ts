@@ -1,6 +1,7 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { Registry } from "prom-client";
+import { linkUnits } from "./config/partitions.js";
 import type { LinkConfig, RelayConfig } from "./config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "./errors.js";
 import { sleep } from "./lifecycle/backoff.js";
@@ -95,9 +96,9 @@ export class Relay {
     return this.current;
   }
 
-  /** The links this relay runs: those whose destination is its region. */
-  get linkConfigs() {
-    return this.config.links.filter((l) => l.to.region === this.region);
+  /** The links this relay runs: those whose destination is its region, a partitioned link as its partitions. */
+  get linkConfigs(): LinkConfig[] {
+    return this.config.links.filter((l) => l.to.region === this.region).flatMap(linkUnits);
   }
 
   /**

@@ -235,6 +235,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     badMessage,
     onGap: l.onGap ?? DEFAULTS.onGap,
     ...(l.maxReplayAge === undefined ? {} : { maxReplayAgeMs: l.maxReplayAge }),
+    ...(l.partitions === undefined ? {} : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
   };
 }
 

@@ -407,6 +407,7 @@ const LinkSchema = obj({
   onGap: oneOf(["continue", "resync", "halt"] as const).optional(),
   maxReplayAge: duration({ allowZero: false }).optional(),
   guard: GuardSchema.optional(),
+  partitions: obj({ count: integer(2, 1_024), token: integer(1, 32) }).optional(),
 });
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
@@ -606,6 +607,32 @@ function intOrUndefined(v: unknown): number | undefined {
 
 /** Rules that span fields. Exported for tests; `validateConfig` runs it. */
 /** A lease must outlive at least one failed renewal: renew at most every half lease. */
+/**
+ * A partitioned link needs a source filter with a `*` at the partition token: each partition's filter
+ * is that filter with the token fixed to the partition number.
+ */
+function checkPartitions(link: Record<string, unknown>, from: Record<string, unknown> | undefined, i: number, out: ConfigProblem[]): void {
+  const partitions = asRecord(link.partitions);
+  if (partitions === undefined) return;
+  const token = intOrUndefined(partitions.token);
+  const filter = asString(from?.filter);
+  if (filter === undefined) {
+    out.push({
+      path: ["links", i, "partitions"],
+      message: "needs from.filter with a * at the partition token (e.g. filter: orders.*.> with token: 2)",
+    });
+    return;
+  }
+  if (token === undefined) return;
+  const tokens = filter.split(".");
+  if (tokens[token - 1] !== "*" || tokens.slice(0, token - 1).includes(">")) {
+    out.push({
+      path: ["links", i, "partitions", "token"],
+      message: `from.filter ${quote(filter)} must have * as token ${token} (the partition number)`,
+    });
+  }
+}
+
 function checkGroup(group: Record<string, unknown> | undefined, out: ConfigProblem[]): void {
   if (group === undefined) return;
   const ms = (v: unknown, fallback: number) => {
@@ -704,6 +731,8 @@ export function crossChecks(tree: unknown): ConfigProblem[] {
         });
       }
     }
+
+    checkPartitions(link, from, i, out);
 
     const batch = link.batchSize === undefined ? DEFAULTS.batchSize : intOrUndefined(link.batchSize);
     const defaultInFlight = link.guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight;

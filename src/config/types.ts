@@ -88,6 +88,10 @@ export interface LinkConfig {
   readonly badMessage: BadMessagePolicy;
   readonly onGap: "continue" | "resync" | "halt";
   readonly maxReplayAgeMs?: number;
+  /** The link is split into `count` partitions by the number at subject token `token` (1-based). */
+  readonly partitions?: { readonly count: number; readonly token: number };
+  /** Set on one partition of a partitioned link (see config/partitions.ts). */
+  readonly partition?: { readonly index: number; readonly count: number; readonly link: string };
 }
 
 export interface RelayConfig {

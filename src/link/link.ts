@@ -25,6 +25,7 @@ import { LinkStateMachine } from "./link-state.js";
 import { runResync } from "./resync.js";
 import type { ResyncReason, ResyncResult } from "./resync.js";
 import { Pipeline } from "./pipeline.js";
+import { transformPattern } from "../preflight/subjects.js";
 
 export interface LinkDeps {
   readonly config: LinkConfig;
@@ -523,7 +524,14 @@ export class Link {
   private sourceRef(): SourceRef {
     const { config } = this.deps;
     const created = this.sourceInfo ? createdMs(this.sourceInfo) : undefined;
-    return { region: config.from.region, stream: config.from.stream, ...(created !== undefined ? { createdMs: created } : {}) };
+    const filter = config.from.filterSubject;
+    return {
+      region: config.from.region,
+      stream: config.from.stream,
+      ...(created !== undefined ? { createdMs: created } : {}),
+      // A filtered link (or a partition) counts only its own subjects' markers.
+      ...(filter !== undefined ? { subjects: transformPattern(filter, config.to.transform) } : {}),
+    };
   }
 
   /**

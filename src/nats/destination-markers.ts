@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { parseNanos, RelayHeaders } from "../link/headers.js";
 import { classifyJsError } from "./durable-consumer.js";
+import { patternMatches } from "../preflight/subjects.js";
 import { settleOnce } from "../lifecycle/settle-once.js";
 
 /** A link's source, as its Relay-Source markers in a destination stream name it. */
@@ -15,6 +16,12 @@ export interface SourceRef {
    * is earlier belong to a deleted-and-recreated older incarnation and are ignored.
    */
   readonly createdMs?: number;
+  /**
+   * Destination subject patterns of the link's messages, when the link reads only part of the source
+   * stream (a filter, a partition): a marker on another subject belongs to another link or partition
+   * reading the same source stream, whose progress says nothing about this one's.
+   */
+  readonly subjects?: readonly string[];
 }
 
 /** Where to look: the destination stream, in `domain` when the region has one. */
@@ -147,6 +154,7 @@ function markerSeq(m: JsMsg, source: SourceRef): number | undefined {
   const h = m.headers;
   const marker = h ? parseSourceMarker(h.get(RelayHeaders.Source)) : undefined;
   if (!h || !marker || marker.region !== source.region || marker.stream !== source.stream) return undefined;
+  if (source.subjects && !source.subjects.some((p) => patternMatches(m.subject, p))) return undefined;
   if (source.createdMs === undefined) return marker.seq;
   // Without a readable time the incarnation cannot be told: ignoring a marker costs a resend (absorbed by
   // dedup), trusting a stale one would skip messages.

@@ -388,7 +388,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard, partitions)",
     ]);
   });
 
@@ -477,5 +477,45 @@ void describe("formatPath", () => {
     assert.equal(formatPath(["regions", "us-east", "servers", 0]), "regions.us-east.servers[0]");
     assert.equal(formatPath(["regions", "a b"]), 'regions["a b"]');
     assert.equal(formatPath([]), "(root)");
+  });
+});
+
+void describe("partitioned links", () => {
+  const partitioned = (filter: string | undefined, token: number) => `regions:
+  us-east:
+    servers: ["nats://a1:4222"]
+  eu-west:
+    servers: ["nats://b1:4222"]
+links:
+  - name: orders
+    from: { region: us-east, stream: ORDERS${filter === undefined ? "" : `, filter: "${filter}"`} }
+    to: { region: eu-west, stream: ORDERS }
+    partitions: { count: 3, token: ${token} }
+`;
+
+  void it("expands into one unit per partition: its own name, durable and filter with the token fixed", async () => {
+    const { linkUnits } = await import("../../src/config/partitions.js");
+    const link = parse(partitioned("orders.*.>", 2)).links[0];
+    assert.ok(link);
+    assert.deepEqual(link.partitions, { count: 3, token: 2 });
+    const units = linkUnits(link);
+    assert.deepEqual(
+      units.map((u) => [u.name, u.durableName, u.from.filterSubject, u.partition?.index]),
+      [
+        ["orders/p0", "relay-orders-p0", "orders.0.>", 0],
+        ["orders/p1", "relay-orders-p1", "orders.1.>", 1],
+        ["orders/p2", "relay-orders-p2", "orders.2.>", 2],
+      ],
+    );
+    assert.deepEqual(linkUnits(parse(BASE).links[0]!).map((u) => u.name), ["orders"], "an unpartitioned link is its own unit");
+  });
+
+  void it("needs a filter with * at the partition token, and says where", () => {
+    assert.deepEqual(configError(() => parse(partitioned(undefined, 2))).problems, [
+      "links[0].partitions: needs from.filter with a * at the partition token (e.g. filter: orders.*.> with token: 2)",
+    ]);
+    assert.deepEqual(configError(() => parse(partitioned("orders.*.>", 1))).problems, [
+      'links[0].partitions.token: from.filter "orders.*.>" must have * as token 1 (the partition number)',
+    ]);
   });
 });
