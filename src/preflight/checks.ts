@@ -575,6 +575,57 @@ export function checkDeadLetter(link: LinkConfig, fact: DeadLetterFact | undefin
 // ---------------------------------------------------------------------------------------------
 // Durable consumer
 
+/** Subjects of the source stream matching a partitioned link's filter, with their message counts. */
+export type PartitionFact =
+  | { readonly kind: "found"; readonly subjects: Readonly<Record<string, number>> }
+  | { readonly kind: "failed"; readonly reason: string }
+  | { readonly kind: "unreachable" };
+
+/**
+ * A partitioned link: every subject of the source matching its filter must carry a partition number
+ * 0…count−1 at the partition token, or its messages are relayed by no partition. A partition without
+ * messages is worth a look (is `count` what the publishers' mapping uses?), not an error.
+ */
+export function checkPartitions(link: LinkConfig, fact: PartitionFact): CheckResult | undefined {
+  const partitions = link.partitions;
+  if (!partitions) return undefined;
+  const name = "partitions";
+  const filter = link.from.filterSubject ?? "";
+  if (fact.kind === "unreachable") return skipped(name, "the source stream was not read");
+  if (fact.kind === "failed") return { name, level: "warning", detail: `cannot list the subjects of ${where(link.from.region, link.from.stream)}: ${fact.reason}` };
+  const counts = new Array<number>(partitions.count).fill(0);
+  const stray: string[] = [];
+  let strayMessages = 0;
+  for (const [subject, n] of Object.entries(fact.subjects)) {
+    const token = subject.split(".")[partitions.token - 1] ?? "";
+    const p = /^(0|[1-9]\d*)$/.test(token) ? Number(token) : NaN;
+    if (Number.isInteger(p) && p < partitions.count) counts[p] = (counts[p] ?? 0) + n;
+    else {
+      stray.push(subject);
+      strayMessages += n;
+    }
+  }
+  const spread = counts.map((n, p) => `p${p}: ${n}`).join(", ");
+  if (stray.length > 0) {
+    return {
+      name,
+      level: "error",
+      detail: `${strayMessages} messages on ${stray.length} subjects matching ${filter} have no partition number below ${partitions.count} at token ${partitions.token} (e.g. ${list(stray.slice(0, 5))}): no partition relays them`,
+      fix: `make the publishers' mapping produce partition(${partitions.count}, …) at token ${partitions.token}, or set links[${link.name}].partitions.count to the mapping's count`,
+    };
+  }
+  const empty = counts.flatMap((n, p) => (n === 0 ? [`p${p}`] : []));
+  const total = counts.reduce((a, b) => a + b, 0);
+  if (total > 0 && empty.length > 0) {
+    return { name, level: "warning", detail: `partitions ${empty.join(", ")} hold no messages (${spread}): is count ${partitions.count} what the mapping uses?` };
+  }
+  return {
+    name,
+    level: "ok",
+    detail: `${partitions.count} partitions at token ${partitions.token} of ${filter} cover every subject of the filter (${spread})`,
+  };
+}
+
 export function checkConsumer(link: LinkConfig, fact: ConsumerFact): CheckResult {
   const name = "durable consumer";
   const at = `${link.durableName} on ${where(link.from.region, link.from.stream)}`;

@@ -12,6 +12,7 @@ import { millis } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { pino } from "pino";
 import type { Logger } from "pino";
+import { linkUnits } from "../config/partitions.js";
 import type { LinkConfig, RedisGuardConnection, RegionConfig, RelayConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, isRelayError } from "../errors.js";
 import {
@@ -34,6 +35,7 @@ import {
   checkGuard,
   checkLoops,
   checkOverlaps,
+  checkPartitions,
   checkRegion,
   checkRetention,
   checkSourceStream,
@@ -46,6 +48,7 @@ import type {
   CheckResult,
   ConsumerFact,
   DeadLetterFact,
+  PartitionFact,
   RedisFact,
   RegionFact,
   StreamFact,
@@ -180,6 +183,17 @@ async function readConsumer(
   }
 }
 
+/** The subjects of a partitioned link's source that match its filter, with message counts. */
+async function readPartitionSubjects(session: RegionSession | undefined, link: LinkConfig, source: StreamFact): Promise<PartitionFact> {
+  if (!session?.jsm || source.kind !== "found" || !link.from.filterSubject) return { kind: "unreachable" };
+  try {
+    const info = await session.jsm.streams.info(link.from.stream, { subjects_filter: link.from.filterSubject });
+    return { kind: "found", subjects: info.state.subjects ?? {} };
+  } catch (err) {
+    return { kind: "failed", reason: message(err) };
+  }
+}
+
 /** Names of the streams in the region whose subjects overlap `subject`. */
 async function streamsFor(session: RegionSession | undefined, subject: string): Promise<DeadLetterFact> {
   if (!session?.jsm) return { kind: "unreachable" };
@@ -305,7 +319,9 @@ export async function runPreflight(
           link.badMessage.action === "dead-letter"
             ? await streamsOf(link.to.region, link.badMessage.subject)
             : undefined;
-        const consumer = await readConsumer(fromSession, link, source);
+        // A partitioned link has a durable per partition.
+        const consumers = await Promise.all(linkUnits(link).map(async (unit) => checkConsumer(unit, await readConsumer(fromSession, unit, source))));
+        const partitions = checkPartitions(link, link.partitions ? await readPartitionSubjects(fromSession, link, source) : { kind: "unreachable" });
         const from = sourcePatterns(link, source);
 
         const rows: CheckResult[] = [
@@ -328,7 +344,8 @@ export async function runPreflight(
           checkLoops(link, config.links),
           checkGuard(link, redisFact),
           checkDeadLetter(link, deadLetter),
-          checkConsumer(link, consumer),
+          ...(partitions ? [partitions] : []),
+          ...consumers,
         ];
         return { link, rows };
       }),

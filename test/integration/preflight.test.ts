@@ -336,6 +336,32 @@ describe("check --live", () => {
     assert.match(r.out, /live check: 2 link\(s\), 0 error\(s\), 0 warning\(s\)/);
   });
 
+  test("a partitioned link: a durable row per partition; a subject without a partition number below count is an error", async () => {
+    const s = uniqueName("PART");
+    await streams(s);
+    await publishMany(nca, 8, (i) => ({ subject: `${s}.${i % 4}.k${i}` }));
+    const yaml = `${regions()}links:
+  - name: a-to-b
+    from: { region: a, stream: ${s}, filter: "${s}.*.>" }
+    to: { region: b, stream: ${s} }
+    partitions: { count: 4, token: 2 }
+`;
+    const good = await check(yaml);
+    assert.equal(good.code, 0, good.out + good.err);
+    assert.equal(row(good.out, "a-to-b", "partitions").level, "ok");
+    assert.match(row(good.out, "a-to-b", "partitions").detail, /4 partitions at token 2 .* \(p0: 2, p1: 2, p2: 2, p3: 2\)/);
+    const durables = rowsOf(good.out, "a-to-b").filter((x) => x.name === "durable consumer").map((x) => x.detail);
+    assert.equal(durables.length, 4);
+    for (let p = 0; p < 4; p++) assert.ok(durables.some((d) => d.includes(`relay-a-to-b-p${p} on`)), `partition ${p}: ${durables.join(" | ")}`);
+
+    await publishMany(nca, 3, (i) => ({ subject: `${s}.${i === 0 ? "7" : "x"}.stray${i}` }));
+    const bad = await check(yaml);
+    assert.equal(bad.code, 2, bad.out + bad.err);
+    const r = row(bad.out, "a-to-b", "partitions");
+    assert.equal(r.level, "error");
+    assert.match(r.detail, /3 messages on 3 subjects .* have no partition number below 4 at token 2/);
+  });
+
   test("missing destination stream: error with the nats stream add fix, exit 2", async () => {
     const s = uniqueName("NODEST");
     await streams(s, { dest: false });
