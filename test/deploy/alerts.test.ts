@@ -1,6 +1,8 @@
 /**
  * deploy/prometheus/alerts.yml: promtool's own checks and unit tests (alerts.test.yml), the
  * annotations every alert must carry, and the Kubernetes PrometheusRule staying identical to it.
+ * The group alerts are checked against the deployment files: RelayGroupDegraded's labels exist on
+ * every relay target, and its member count is the number of relays each region runs.
  *
  * promtool comes from Debian's `prometheus` package; CI installs it. Without it these tests fail
  * (they do not skip): a rule file nobody evaluated is not a tested rule file.
@@ -8,7 +10,7 @@
 import { promtool } from "../helpers/promtool.js";
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse, parseAllDocuments } from "yaml";
@@ -18,6 +20,12 @@ const ALERTS = "deploy/prometheus/alerts.yml";
 const ALERT_TESTS = "deploy/prometheus/alerts.test.yml";
 const PROMETHEUS_CONFIG = "deploy/prometheus/prometheus.yml";
 const PROMETHEUS_RULE = "deploy/kubernetes/prometheusrule.yaml";
+const SERVICE_MONITOR = "deploy/kubernetes/servicemonitor.yaml";
+/** The relay Deployments, one per region. */
+const DEPLOYMENTS = readdirSync(join(ROOT, "deploy/kubernetes"))
+  .filter((f) => /^deployment-.*\.ya?ml$/.test(f))
+  .map((f) => `deploy/kubernetes/${f}`);
+const COMPOSE = "docker-compose.yml";
 
 const REQUIRED_ALERTS = [
   "RelayCorrectionRateHigh",
@@ -30,6 +38,8 @@ const REQUIRED_ALERTS = [
   "RelayGuardPaused",
   "RelayDown",
   "RelayPublishErrors",
+  "RelayGroupDegraded",
+  "RelayLeaseFlapping",
 ];
 const SEVERITIES = ["critical", "warning", "info"];
 
@@ -160,5 +170,89 @@ test("the Kubernetes PrometheusRule carries exactly the groups of alerts.yml", (
     rule.spec.groups,
     groups(),
     `${PROMETHEUS_RULE} differs from ${ALERTS}: run \`node deploy/kubernetes/sync-prometheus-rule.mjs\``,
+  );
+});
+
+const alert = (name: string): Rule => {
+  const a = alerts().find((r) => r.alert === name);
+  assert.ok(a, `${ALERTS}: no alert ${name}`);
+  return a;
+};
+
+test("RelayLinkNoOwner reads relay_link_owner: a link no relay owns, for 1m", () => {
+  const a = alert("RelayLinkNoOwner");
+  assert.match(a.expr, /^\s*max by \(link\) \(relay_link_owner\) == 0\s*$/);
+  assert.equal(a.for, "1m");
+  assert.equal(a.labels?.severity, "critical");
+  // Standby is still not "not live" on a relay.
+  assert.match(alert("RelayLinkNotLive").expr, /state=~"live\|standby"/);
+});
+
+test("RelayGroupDegraded groups by labels every relay target carries, and expects as many members as relays run", () => {
+  const a = alert("RelayGroupDegraded");
+  assert.equal(a.labels?.severity, "warning");
+  assert.equal(a.for, "5m");
+  const m = /^\s*max by \(([^)]*)\) \(relay_group_members\) < (\d+)\s*$/.exec(a.expr);
+  assert.ok(m, `RelayGroupDegraded: expected "max by (...) (relay_group_members) < N", got ${a.expr}`);
+  const by = (m[1] ?? "").split(",").map((l) => l.trim());
+  const expected = Number(m[2]);
+  assert.ok(by.includes("region"), "RelayGroupDegraded must tell the regions apart");
+
+  // Where the labels come from: the example scrape config (static labels) and the ServiceMonitor
+  // (job = the Service name, podTargetLabels copies pod labels).
+  const prom = readYaml<{
+    scrape_configs: {
+      job_name: string;
+      static_configs?: { targets: string[]; labels?: Record<string, string> }[];
+    }[];
+  }>(PROMETHEUS_CONFIG);
+  const job = prom.scrape_configs.find((s) => s.job_name === "jetstream-relay");
+  assert.ok(job?.static_configs?.length);
+  const sm = readYaml<{ spec: { podTargetLabels?: string[] } }>(SERVICE_MONITOR);
+  const deployments = DEPLOYMENTS.map(
+    (f) =>
+      readYaml<{ spec: { replicas: number; template: { metadata: { labels: Record<string, string> } } } }>(f)
+        .spec,
+  );
+  assert.ok(deployments.length > 0, "no relay Deployment found");
+  for (const label of by) {
+    if (label === "job" || label === "instance") continue;
+    for (const sc of job.static_configs)
+      assert.ok(sc.labels?.[label], `prometheus.yml: targets ${sc.targets.join(", ")} lack label ${label}`);
+    assert.ok(
+      sm.spec.podTargetLabels?.includes(label),
+      `servicemonitor.yaml: podTargetLabels lacks ${label}`,
+    );
+    for (const d of deployments)
+      assert.ok(d.template.metadata.labels[label], `a Deployment's pods lack label ${label}`);
+  }
+
+  // The threshold is the number of relays each region runs: the Deployments' replicas, the
+  // compose relays per region, the targets per region in prometheus.yml.
+  for (const [i, d] of deployments.entries())
+    assert.equal(d.replicas, expected, `${DEPLOYMENTS[i]}: replicas vs RelayGroupDegraded's < ${expected}`);
+  const compose = parse(readFileSync(join(ROOT, COMPOSE), "utf8"), { merge: true }) as {
+    services: Record<string, { build?: unknown; command?: string[] }>;
+  };
+  const perRegion = new Map<string, number>();
+  for (const s of Object.values(compose.services)) {
+    if (s.build === undefined) continue;
+    const args = s.command ?? [];
+    const region = args[args.indexOf("--region") + 1] ?? "";
+    perRegion.set(region, (perRegion.get(region) ?? 0) + 1);
+  }
+  assert.ok(perRegion.size > 0);
+  for (const [region, n] of perRegion)
+    assert.equal(n, expected, `${COMPOSE}: ${n} relays in ${region} vs RelayGroupDegraded's < ${expected}`);
+  for (const sc of job.static_configs)
+    assert.equal(sc.targets.length, expected, `prometheus.yml: targets of region ${sc.labels?.region}`);
+});
+
+test("RelayLeaseFlapping counts lost and acquired leases per link over 15 minutes", () => {
+  const a = alert("RelayLeaseFlapping");
+  assert.equal(a.labels?.severity, "warning");
+  assert.match(
+    a.expr,
+    /sum by \(link\) \(increase\(relay_lease_transitions_total\{reason=~"lost\|acquired"\}\[15m\]\)\) > 6/,
   );
 });

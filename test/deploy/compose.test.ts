@@ -19,6 +19,9 @@ import type { RelayConfig } from "../../src/config/types.js";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const COMPOSE = "docker-compose.yml";
 const CONFIG_IN_CONTAINER = "/etc/jetstream-relay/relay.yaml";
+/** Relays per region: the region's group, sharing its links (RelayGroupDegraded expects as many). */
+const RELAYS_PER_REGION = 2;
+const OPERATIONS_DOC = "docs/operations.md";
 
 type Env = Record<string, string>;
 interface Service {
@@ -30,6 +33,7 @@ interface Service {
   volumes?: (string | { type: string; source?: string; target: string })[];
   depends_on?: string[] | Record<string, { condition?: string }>;
   healthcheck?: { test?: string | string[]; disable?: boolean };
+  hostname?: string;
   ports?: (string | number)[];
   restart?: string;
   read_only?: boolean;
@@ -366,11 +370,67 @@ test("redis persists with appendonly and the relays' guards point at it", () => 
   }
 });
 
-test("one relay per region, built from the Dockerfile, with an existing config that references only defined regions", () => {
+/** The host port a relay publishes its HTTP port (/metrics, /status) on. */
+function relayHostPort(s: Service, httpPort = 9464): string {
+  const mapping = (s.ports ?? [])
+    .map((p) => String(p))
+    .find((p) => p.split("/")[0]?.endsWith(`:${httpPort}`));
+  return mapping === undefined ? "" : (hostPorts({ ports: [mapping] })[0] ?? "");
+}
+
+test("two relays per region, each with its own hostname (its member name) and host port", () => {
   const c = compose();
   const regions = natsRegions(c);
   const relays = relayServices(c);
-  assert.deepEqual(relays.map((r) => r.region).sort(), [...regions.keys()].sort(), "one relay per region");
+  const byRegion = new Map<string, string[]>();
+  for (const r of relays) byRegion.set(r.region, [...(byRegion.get(r.region) ?? []), r.name]);
+  assert.deepEqual(
+    [...byRegion.keys()].sort(),
+    [...regions.keys()].sort(),
+    "relays for every region and only those",
+  );
+  for (const [region, names] of byRegion) {
+    assert.equal(
+      names.length,
+      RELAYS_PER_REGION,
+      `${region}: ${RELAYS_PER_REGION} relays, got ${names.join(", ")}`,
+    );
+  }
+  // A relay's stable name in its group is its hostname: unset, it is the container id (a new one
+  // on every re-create), and two relays with one name would be placed as one.
+  for (const r of relays) assert.ok(r.service.hostname, `${r.name}: set hostname (its member name)`);
+  const hostnames = relays.map((r) => r.service.hostname);
+  assert.equal(
+    new Set(hostnames).size,
+    hostnames.length,
+    `relay hostnames must differ: ${hostnames.join(", ")}`,
+  );
+  const ports = relays.map((r) => relayHostPort(r.service));
+  for (const [i, r] of relays.entries())
+    assert.match(ports[i] ?? "", /^\d+$/, `${r.name}: publish port 9464`);
+  assert.equal(new Set(ports).size, ports.length, `relay host ports must differ: ${ports.join(", ")}`);
+  // The first relay of each region keeps the port the docs have always given it.
+  assert.equal(relayHostPort(c.services["relay-us-east-1"] ?? {}), "9464");
+  assert.equal(relayHostPort(c.services["relay-eu-west-1"] ?? {}), "9465");
+});
+
+test("every relay's /status URL is in the compose header comment and in docs/operations.md", () => {
+  const c = compose();
+  const header = rawText().slice(0, rawText().search(/^[^#\s]/m));
+  const doc = read(OPERATIONS_DOC);
+  for (const r of relayServices(c)) {
+    const url = `http://localhost:${relayHostPort(r.service)}/status`;
+    assert.ok(header.includes(`${url} (${r.name})`), `docker-compose.yml header: ${url} (${r.name})`);
+    assert.ok(doc.includes(url), `${OPERATIONS_DOC}: ${url}`);
+    assert.ok(doc.includes(`\`${r.name}\``), `${OPERATIONS_DOC}: \`${r.name}\``);
+  }
+});
+
+test("the relays are built from the Dockerfile, with an existing config that references only defined regions", () => {
+  const c = compose();
+  const regions = natsRegions(c);
+  const relays = relayServices(c);
+  assert.ok(relays.length > 0);
   for (const { name, service, region, configFile } of relays) {
     const build = typeof service.build === "string" ? service.build : service.build?.context;
     assert.equal(build, ".", `${name}: build context`);
@@ -579,7 +639,7 @@ test("traffic generators publish with Nats-Msg-Id into each region's source stre
   }
 });
 
-test("prometheus loads the shipped rules and scrapes both relays; grafana is provisioned with the dashboard", () => {
+test("prometheus loads the shipped rules and scrapes every relay with its region; grafana is provisioned with the dashboard", () => {
   const c = compose();
   const prom = c.services.prometheus;
   assert.ok(prom);
@@ -587,7 +647,10 @@ test("prometheus loads the shipped rules and scrapes both relays; grafana is pro
   assert.equal(mountedFile(prom, "/etc/prometheus/prometheus.yml"), "deploy/prometheus/prometheus.yml");
   const promConfig = parse(read("deploy/prometheus/prometheus.yml")) as {
     rule_files: string[];
-    scrape_configs: { job_name: string; static_configs: { targets: string[] }[] }[];
+    scrape_configs: {
+      job_name: string;
+      static_configs: { targets: string[]; labels?: Record<string, string> }[];
+    }[];
   };
   for (const rf of promConfig.rule_files) {
     assert.equal(
@@ -606,6 +669,13 @@ test("prometheus loads the shipped rules and scrapes both relays; grafana is pro
       .sort(),
     "scrape every relay",
   );
+  // RelayGroupDegraded groups by region: every target carries its relay's --region.
+  const relayRegion = new Map(relayServices(c).map((r) => [`${r.name}:9464`, r.region]));
+  for (const sc of job?.static_configs ?? []) {
+    for (const t of sc.targets)
+      assert.equal(sc.labels?.region, relayRegion.get(t), `prometheus.yml: target ${t} needs label region`);
+  }
+  for (const r of relayServices(c)) assert.ok(r.name in dependsOn(prom), `prometheus depends on ${r.name}`);
   assert.ok(hostPorts(prom).includes("9090"));
   assert.ok(prom.healthcheck?.test);
 

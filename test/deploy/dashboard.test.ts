@@ -243,6 +243,9 @@ test("the dashboard has the panels operators need, laid out without overlaps", (
     ["guard latency", "relay_guard_duration_seconds_bucket", "timeseries"],
     ["errors by code", "relay_errors_total", "timeseries"],
     ["recoveries", "relay_recoveries_total", "timeseries"],
+    ["link owner per relay", "relay_link_owner", "state-timeline"],
+    ["group members", "relay_group_members", "timeseries"],
+    ["lease transitions", "relay_lease_transitions_total", "timeseries"],
   ];
   for (const [what, metric, type] of need) {
     assert.ok(byMetric(metric, type).length > 0, `no ${type} panel for ${what} (${metric})`);
@@ -265,6 +268,20 @@ test("the dashboard has the panels operators need, laid out without overlaps", (
     errors.some((t) => /by \(link, code\)/.test(t.expr ?? "")),
     "errors must be broken down by code",
   );
+
+  // The group row: owners per link and relay, transitions by reason.
+  const owner = byMetric("relay_link_owner", "state-timeline").flatMap((p) => p.targets ?? []);
+  assert.ok(
+    owner.some((t) => /by \(link, instance\)/.test(t.expr ?? "")),
+    "link owner must be broken down by link and instance",
+  );
+  const transitions = byMetric("relay_lease_transitions_total", "timeseries").flatMap((p) => p.targets ?? []);
+  assert.ok(
+    transitions.some((t) => /by \([^)]*\breason\b[^)]*\)/.test(t.expr ?? "")),
+    "lease transitions must be broken down by reason",
+  );
+  const group = d.panels.find((p) => p.type === "row" && p.title === "Group");
+  assert.ok(group, 'a row "Group"');
 
   // Every link state has a value mapping on the state timeline.
   const timeline = byMetric("relay_link_state", "state-timeline")[0] as unknown as {

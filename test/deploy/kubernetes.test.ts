@@ -34,6 +34,8 @@ const NAMESPACE = "jetstream-relay";
 const EXAMPLE_SECRET = "secret.example.yaml";
 /** Kept in step with the relay's shutdown watchdog (src/lifecycle/shutdown.ts): grace + 5s. */
 const SHUTDOWN_MARGIN_S = 5;
+/** Relays per region: a group sharing the region's links (RelayGroupDegraded expects as many). */
+const REPLICAS = 2;
 
 interface Manifest {
   file: string;
@@ -180,7 +182,7 @@ test("kustomization.yaml lists every manifest but the example Secret, in the jet
   }
 });
 
-test("one Deployment per region of the config, replicas 1, running that region's links", () => {
+test("one Deployment per region of the config, replicas 2, running that region's links", () => {
   const { config } = relayConfig();
   const ds = deployments();
   const regions = ds.map((d) => {
@@ -193,7 +195,7 @@ test("one Deployment per region of the config, replicas 1, running that region's
       config.links.some((l) => l.to.region === region),
       `${d.metadata?.name}: no link ends in ${region}`,
     );
-    assert.equal(d.spec?.replicas, 1, `${d.metadata?.name}: replicas`);
+    assert.equal(d.spec?.replicas, REPLICAS, `${d.metadata?.name}: replicas`);
     assert.equal(d.spec?.template.metadata?.labels?.region, region, `${d.metadata?.name}: region label`);
     assert.ok(
       selects(d.spec?.selector.matchLabels, d.spec?.template.metadata?.labels),
@@ -211,8 +213,50 @@ test("one Deployment per region of the config, replicas 1, running that region's
       );
     }
     const text = readFileSync(join(ROOT, DIR, d.file), "utf8");
-    assert.match(text, /#.*standby/i, `${d.file}: explain replicas: 1 (a second relay is a standby of the group)`);
-    assert.match(text, /#.*lease/i, `${d.file}: explain replicas: 1 (one owner per link, by lease)`);
+    assert.match(text, /#.*replicas: 2/, `${d.file}: explain replicas: 2`);
+    assert.match(text, /#.*lease/i, `${d.file}: explain the group (one owner per link, by lease)`);
+    assert.match(text, /#.*standby/i, `${d.file}: explain standby (the other relay's state for a link)`);
+    assert.match(text, /#.*handover/i, `${d.file}: explain why a rolling update is safe (handover)`);
+    assert.doesNotMatch(text, /#.*(replicas: 1\b|single relay|hot standby)/i, `${d.file}: stale comment`);
+  }
+});
+
+test("rolling updates start the new pod first and never drop below the replicas", () => {
+  for (const d of deployments()) {
+    const name = d.metadata?.name;
+    assert.equal(d.spec?.strategy?.type, "RollingUpdate", `${name}: strategy`);
+    assert.equal(d.spec?.strategy?.rollingUpdate?.maxSurge, 1, `${name}: maxSurge`);
+    assert.equal(d.spec?.strategy?.rollingUpdate?.maxUnavailable, 0, `${name}: maxUnavailable`);
+  }
+});
+
+test("pod anti-affinity (preferred, by hostname) spreads a region's relays over nodes", () => {
+  const ds = deployments();
+  for (const d of ds) {
+    const name = d.metadata?.name;
+    const anti = d.spec?.template.spec?.affinity?.podAntiAffinity;
+    assert.ok(anti, `${name}: podAntiAffinity`);
+    assert.equal(
+      anti.requiredDuringSchedulingIgnoredDuringExecution,
+      undefined,
+      `${name}: required anti-affinity would leave a replica Pending on a single-node cluster`,
+    );
+    const terms = anti.preferredDuringSchedulingIgnoredDuringExecution ?? [];
+    const own = d.spec?.template.metadata?.labels;
+    const byHost = terms.filter(
+      (t) =>
+        t.podAffinityTerm.topologyKey === "kubernetes.io/hostname" &&
+        selects(t.podAffinityTerm.labelSelector?.matchLabels, own),
+    );
+    assert.equal(byHost.length, 1, `${name}: one preferred term by kubernetes.io/hostname over its own pods`);
+    const term = byHost[0];
+    assert.ok(term && term.weight >= 1 && term.weight <= 100, `${name}: weight in 1..100`);
+    for (const other of ds.filter((o) => o !== d)) {
+      assert.ok(
+        !selects(term.podAffinityTerm.labelSelector?.matchLabels, other.spec?.template.metadata?.labels),
+        `${name}: the anti-affinity must not also repel ${other.metadata?.name}'s pods`,
+      );
+    }
   }
 });
 
@@ -373,6 +417,12 @@ test("a PodDisruptionBudget per Deployment, selecting exactly its pods and keepi
     const pdb = mine[0];
     assert.ok(pdb);
     assert.equal(pdb.spec?.minAvailable, 1, `${pdb.metadata?.name}: minAvailable`);
+    assert.ok(
+      (d.spec?.replicas ?? 1) > 1,
+      `${pdb.metadata?.name}: with minAvailable 1, a single replica could never be evicted by a drain`,
+    );
+    const text = readFileSync(join(ROOT, DIR, pdb.file), "utf8");
+    assert.doesNotMatch(text, /#.*(single|only) .*relay/i, `${pdb.file}: stale comment (two replicas now)`);
     for (const other of ds.filter((o) => o !== d)) {
       assert.ok(
         !selects(pdb.spec?.selector?.matchLabels, other.spec?.template.metadata?.labels),

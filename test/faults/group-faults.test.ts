@@ -2,13 +2,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { check } from "../helpers/check.js";
 import type { HasAfter } from "../helpers/servers.js";
-import { streamCount } from "../helpers/streams.js";
+import { createStream, readStream, streamCount } from "../helpers/streams.js";
+import { startGate } from "../helpers/tcp-gate.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
 import type { RelayProcess } from "../helpers/relays.js";
-import { twoRegions, waitForCount } from "../helpers/scenario.js";
+import { linkYaml, twoRegions, waitForCount } from "../helpers/scenario.js";
 import type { LivenessReport } from "../helpers/liveness.js";
 import { assertDelivery, checkDelivery, readSource, recordRow, scaled } from "./checker.js";
-import { mergeLiveness, scrapeMetric, settled, startLoad, terminate, watch, withReport } from "./process-harness.js";
+import { mergeLiveness, scrapeMetric, settled, startLoad, terminate, waitReady, watch, withReport } from "./process-harness.js";
 
 /**
  * A region's group loses its owner: the relay process that owns the link is killed or frozen while
@@ -170,3 +171,109 @@ for (const guard of ["", "redis"]) {
     assert.deepEqual(codes, [0, 0], "both members drain and exit 0");
   });
 }
+
+test("the owner's connection to its own region is cut: it is fenced within the lease and another member takes over; healed, it rejoins; every id once, in order", async (t) => {
+  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
+  const gate = await startGate(t, r.b.port);
+  const config = (bUrl: string) =>
+    writeConfig(
+      linkYaml({
+        regions: { a: [r.a.url], b: [bUrl] },
+        links: [{ name: "a-to-b", from: "a", fromStream: r.src, to: "b", toStream: r.dst, extra: "    batchSize: 200\n    inFlight: 512\n" }],
+        extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }`,
+      }),
+    );
+  const total = scaled(16_000, 100_000);
+  const load = startLoad(r.nca, r.src, total, { ratePerSec: 1_000 });
+  // The first member reaches region b through the gate; it owns the link before the second joins,
+  // and placement keeps a link with its owner.
+  const cutOff = await member(t, await config(`nats://127.0.0.1:${gate.port}`));
+  await check(() => owns(cutOff), { name: "the member behind the gate owns the link", timeoutMs: 20_000, intervalMs: 100 });
+  const other = await member(t, await config(r.b.url));
+  await waitForCount(r.ncb, r.dst, 1_000, 30_000, "the owner relays");
+  assert.equal(await owns(cutOff), true, "still the owner after the second member joined");
+  const probes = [watch(t, other.url), watch(t, cutOff.url)];
+  await gate.refuse();
+  const cutAt = Date.now();
+  await check(async () => (await owns(other)) && !(await owns(cutOff)), {
+    name: "the other member owns the link and the cut-off one does not",
+    timeoutMs: 3 * LEASE_MS,
+    intervalMs: 100,
+  });
+  t.diagnostic(`takeover ${Date.now() - cutAt} ms after the cut`);
+  const atTakeover = await streamCount(r.ncb, r.dst);
+  await waitForCount(r.ncb, r.dst, atTakeover + 1_000, 30_000, "the new owner relays while the cut lasts");
+  await gate.open();
+  await check(
+    async () => {
+      const s = await status(cutOff);
+      return s.links[0]?.state === "standby" && (s.group?.members.length ?? 0) === 2;
+    },
+    { name: "healed, the cut-off member rejoins: standby, seeing both members", timeoutMs: 20_000, intervalMs: 200 },
+  );
+  await load.done;
+  const stuck = await settled(r.nca, r.src, "after the cut", SETTLE_MS);
+  const liveness = mergeLiveness(await Promise.all(probes.map((p) => p.stop())));
+  const codes = await Promise.all([terminate(cutOff.process), terminate(other.process)]);
+  const report = {
+    ...(await checkDelivery({ fault: "group owner cut off from its region (TCP)", dest: r.ncb, stream: r.dst, source: await readSource(r.nca, r.src) })),
+    ...(liveness ? { liveness } : {}),
+  };
+  await recordRow(report);
+  if (stuck) throw withReport(stuck, report);
+  assertDelivery(report);
+  assert.deepEqual(codes, [0, 0], "both members drain and exit 0");
+});
+
+test("rolling restart of every member of a group with 2 links under load: every id once and in order per link, no link idle for 5 s", async (t) => {
+  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
+  const src2 = `${r.src}_2`;
+  const dst2 = `${r.dst}_2`;
+  await createStream(r.nca, { name: src2, subjects: [`${src2}.>`] });
+  await createStream(r.ncb, { name: dst2, subjects: [`${src2}.>`], duplicateWindowMs: DUP_WINDOW_MS });
+  const config = await writeConfig(
+    linkYaml({
+      regions: { a: [r.a.url], b: [r.b.url] },
+      links: [
+        { name: "one", from: "a", fromStream: r.src, to: "b", toStream: r.dst },
+        { name: "two", from: "a", fromStream: src2, to: "b", toStream: dst2 },
+      ],
+      extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }`,
+    }),
+  );
+  const total = scaled(12_000, 100_000);
+  const loads = [startLoad(r.nca, r.src, total, { ratePerSec: 500 }), startLoad(r.nca, src2, total, { ratePerSec: 500 })];
+  let members = [await member(t, config), await member(t, config)];
+  await waitForCount(r.ncb, dst2, 500, 30_000, "both links relaying");
+  const liveness: LivenessReport[] = [];
+  const rolloutFrom = Date.now();
+  for (const old of [...members]) {
+    // Kubernetes: the new pod first, ready; then the old one gets SIGTERM and drains.
+    const next = await member(t, config);
+    await waitReady(next.url, "the new member");
+    const probe = watch(t, next.url);
+    assert.equal(await terminate(old.process), 0, "the old member drains and exits 0");
+    members = [...members.filter((m) => m !== old), next];
+    liveness.push(await probe.stop());
+  }
+  const rolloutTo = Date.now();
+  await Promise.all(loads.map((l) => l.done));
+  for (const [src, dst] of [[r.src, r.dst], [src2, dst2]] as const) {
+    const stuck = await settled(r.nca, src, "after the rolling restart", SETTLE_MS);
+    const merged = mergeLiveness(liveness);
+    const report = {
+      ...(await checkDelivery({ fault: `group rolling restart, ${dst}`, dest: r.ncb, stream: dst, source: await readSource(r.nca, src) })),
+      ...(merged ? { liveness: merged } : {}),
+    };
+    await recordRow(report);
+    if (stuck) throw withReport(stuck, report);
+    assertDelivery(report);
+    // Load was steady throughout: the longest pause in what the destination stored is how long the link sat idle.
+    const times = (await readStream(r.ncb, dst)).map((m) => m.time).filter((ms) => ms >= rolloutFrom && ms <= rolloutTo);
+    const idle = times.slice(1).reduce((worst, ms, i) => Math.max(worst, ms - (times[i] ?? ms)), 0);
+    t.diagnostic(`${dst}: longest pause in the destination during the rollout ${idle} ms`);
+    assert.ok(times.length > 0, `${dst} received messages during the rollout`);
+    assert.ok(idle < 5_000, `${dst}: idle ${idle} ms during the rolling restart`);
+  }
+  assert.deepEqual(await Promise.all(members.map((m) => terminate(m.process))), [0, 0]);
+});

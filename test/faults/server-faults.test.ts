@@ -1,8 +1,6 @@
 import { test } from "node:test";
 import type { TestContext } from "node:test";
 import assert from "node:assert/strict";
-import { createServer, connect } from "node:net";
-import type { AddressInfo, Socket } from "node:net";
 import { setTimeout as delay } from "node:timers/promises";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
@@ -24,6 +22,7 @@ import { connectTo, createStream, publishMany, readStream, streamCount } from ".
 import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/relays.js";
 import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { startTcpProxy } from "../helpers/tcp-proxy.js";
+import { startGate } from "../helpers/tcp-gate.js";
 import type { NatsCluster, NatsNode } from "../helpers/types.js";
 
 /**
@@ -683,56 +682,6 @@ function startLoad(nc: NatsConnection, src: string, opts: { total: number; spanM
   return { done };
 }
 
-/**
- * A forwarder on a fixed loopback port that can refuse connections for a while. tcp-proxy.ts drops
- * connections but would accept new ones at once, so a cut longer than one reconnect puts this behind
- * it: relay → tcp proxy → gate → region b. While refused, the proxy's upstream connect fails and it
- * closes each connection the relay opens.
- */
-async function startGate(
-  t: TestContext,
-  targetPort: number,
-): Promise<{ port: number; refuse(): Promise<void>; open(): Promise<void> }> {
-  const sockets = new Set<Socket>();
-  const server = createServer((client) => {
-    const upstream = connect({ host: "127.0.0.1", port: targetPort });
-    sockets.add(client).add(upstream);
-    const end = (): void => {
-      client.destroy();
-      upstream.destroy();
-      sockets.delete(client);
-      sockets.delete(upstream);
-    };
-    client.pipe(upstream);
-    upstream.pipe(client);
-    for (const s of [client, upstream]) s.on("error", end).on("close", end);
-  });
-  const listen = (port: number) =>
-    new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
-      server.listen(port, "127.0.0.1", () => {
-        server.off("error", reject);
-        resolve();
-      });
-    });
-  await listen(0);
-  const port = (server.address() as AddressInfo).port;
-  const refuse = async (): Promise<void> => {
-    if (!server.listening) return;
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const s of sockets) s.destroy();
-    sockets.clear();
-    await closed;
-  };
-  t.after(refuse);
-  return {
-    port,
-    refuse,
-    async open() {
-      if (!server.listening) await listen(port);
-    },
-  };
-}
 
 /** The first link of a relay running in another process, from its `/status` (undefined when it does not answer in 1 s). */
 async function remoteLink(url: string): Promise<LinkView | undefined> {

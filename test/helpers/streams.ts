@@ -66,6 +66,8 @@ export async function publishMany(nc: NatsConnection, count: number, make: (i: n
 
 export interface StoredMessage {
   seq: number;
+  /** When the stream stored it (ms since epoch, the server's clock). */
+  time: number;
   subject: string;
   data: string;
   headers: Record<string, string>;
@@ -89,7 +91,7 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
     for await (const m of iter) {
       const headers: Record<string, string> = {};
       if (m.headers) for (const [k, v] of m.headers) headers[k] = v.join(",");
-      out.push({ seq: m.seq, subject: m.subject, data: m.string(), headers });
+      out.push({ seq: m.seq, time: Math.floor(m.info.timestampNanos / 1e6), subject: m.subject, data: m.string(), headers });
       if (m.seq >= lastSeq) break;
     }
   } finally {
