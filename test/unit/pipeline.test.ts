@@ -22,6 +22,23 @@ links:
   "unit",
 );
 
+/** A pipeline of the a-to-b link, without a guard, that owns the link. */
+function newPipeline(acks: SourceAcks, metrics: ReturnType<typeof createMetrics>): Pipeline {
+  const link = config.links[0];
+  assert.ok(link);
+  return new Pipeline({
+    link,
+    links: config.links,
+    guard: new NoneGuard(),
+    acks,
+    metrics,
+    logger: pino({ level: "silent" }),
+    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    owns: () => true,
+  });
+}
+
 /** A delivery of a message that came from region b: on the a-to-b link it is a loop. */
 function loopDelivery(deliveryCount: number): Delivery {
   return {
@@ -38,22 +55,10 @@ function loopDelivery(deliveryCount: number): Delivery {
 }
 
 test("a loop is acked on every delivery but counted once per message", async () => {
-  const link = config.links[0];
-  assert.ok(link);
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const acked: string[] = [];
   const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
-    links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
-    owns: () => true,
-  });
+  const pipeline = newPipeline(acks, metrics);
   pipeline.push(loopDelivery(1));
   pipeline.push(loopDelivery(2)); // its first ack was lost: the server delivered it again
   assert.deepEqual(acked, [loopDelivery(1).reply, loopDelivery(2).reply], "both deliveries acked");
@@ -78,8 +83,6 @@ function ownDelivery(seq: number, consumerSequence: number, deliveryCount: numbe
 }
 
 test("a finished message delivered again as a first delivery (a consumer leader that lost state) is acked, not published again", async () => {
-  const link = config.links[0];
-  assert.ok(link);
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const acked: string[] = [];
   const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
@@ -93,17 +96,7 @@ test("a finished message delivered again as a first delivery (a consumer leader 
       setImmediate(() => cb(null, { stream: "S", seq, duplicate: false }));
     },
   } as unknown as JetStreamPublisher;
-  const pipeline = new Pipeline({
-    link,
-    links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
-    owns: () => true,
-  });
+  const pipeline = newPipeline(acks, metrics);
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 1_000 });
   pipeline.setPublisher(publisher);
   pipeline.push(ownDelivery(7, 6, 1));
