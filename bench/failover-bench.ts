@@ -214,10 +214,11 @@ function tail(m: Member, lines = 15): string {
 function logLines(m: Member, since: number): string[] {
   const out: string[] = [];
   for (const line of m.proc.output().split("\n")) {
-    if (!/lease|"msg":"link /.test(line)) continue;
+    if (!/lease|group|placement|"msg":"link /.test(line)) continue;
     try {
-      const rec = JSON.parse(line) as { time?: number; msg?: string };
-      if (rec.time !== undefined && rec.time >= since - 100) out.push(`+${rec.time - since} ms ${rec.msg ?? ""}`);
+      const rec = JSON.parse(line) as Record<string, unknown> & { time?: number; msg?: string };
+      const extra = ["reason", "members", "joined", "left"].filter((k) => rec[k] !== undefined).map((k) => `${k}=${JSON.stringify(rec[k])}`);
+      if (rec.time !== undefined && rec.time >= since - 100) out.push(`+${rec.time - since} ms ${rec.msg ?? ""}${extra.length ? ` (${extra.join(" ")})` : ""}`);
     } catch {
       // not a JSON log line
     }
@@ -404,11 +405,14 @@ async function main(): Promise<void> {
       if (!faults.some((f) => q > f.at - 1 && p < f.recoveredAt)) steadyMax = Math.max(steadyMax, q - p);
     }
 
-    console.log("\nper fault (gap = longest stretch without a stored message from the signal until the destination moved on):");
+    console.log(
+      "\nper fault (gap = longest stretch without a stored message from the signal until the destination moved on; " +
+        "after a SIGTERM the first store may still be the old owner's drain):",
+    );
     for (const g of gaps) {
       console.log(
         `  ${g.label.padEnd(13)} gap ${fmt(g.gapMs).padStart(9)}   ` +
-          `last store ${(g.lastBeforeMs / 1_000).toFixed(3)} s, next store +${(g.firstAfterMs / 1_000).toFixed(3)} s from the signal; ` +
+          `last store ${(g.lastBeforeMs / 1_000).toFixed(3)} s, first store after it +${(g.firstAfterMs / 1_000).toFixed(3)} s from the signal; ` +
           `/status shows the survivor owning the link at +${fmt(g.takeoverMs)}`,
       );
     }
