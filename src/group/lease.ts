@@ -263,7 +263,7 @@ export class LinkLease {
         if (this.current === "owner") {
           await this.renewOnce(kv, signal);
         } else if (!(await this.contendOnce(kv, signal))) {
-          await this.nap(this.opts.pollMs, signal);
+          await this.nap(this.contendWaitMs(), signal);
         }
         backoff.reset();
       } catch (err) {
@@ -301,6 +301,14 @@ export class LinkLease {
     const unchangedMs = seenAt - this.observed.at;
     if (unchangedMs < this.opts.leaseMs || !this.mayTake(seenAt)) return false;
     return this.tryAcquire(kv, entry.revision, this.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`), signal);
+  }
+
+  /** Until the next contender step: the next poll, or the moment the observed lease would expire if sooner. */
+  private contendWaitMs(): number {
+    const seen = this.observed;
+    if (!seen || !this.eligible) return this.opts.pollMs;
+    const expiresIn = seen.at + this.opts.leaseMs - this.now();
+    return Math.max(1, Math.min(this.opts.pollMs, expiresIn + 1));
   }
 
   /** A free or expired lease: taken by an eligible member at once, by another after a further leaseMs. */
@@ -473,13 +481,30 @@ export class LinkLease {
     const run = async () => {
       iter = await kv.watch({ key: this.opts.key, include: KvWatchInclude.UpdatesOnly });
       if (stopped) return iter.stop();
-      for await (const e of iter) if (e.operation !== "PUT") this.wake();
+      for await (const e of iter) {
+        if (e.operation !== "PUT") this.wake();
+        else this.sawRenewal(e);
+      }
     };
     run()
       .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "lease watch ended"))
       .finally(() => {
         if (this.watcher === handle) this.watcher = undefined; // the next loop step starts a new one
       });
+  }
+
+  /**
+   * A write of the key seen through the watch, as it happens: a contender's expiry clock for that
+   * revision starts now rather than at its next read, and it wakes when the lease would expire.
+   * Receiving a write is after the owner sent it, so the owner's own deadline still comes first.
+   */
+  private sawRenewal(e: KvWatchEntry): void {
+    if (this.current === "owner" || this.observed?.revision === e.revision) return;
+    const named = readValue(e)?.owner;
+    if (named === this.opts.owner) return; // our own write (an acquisition the loop is finishing)
+    this.observed = { revision: e.revision, at: this.now() };
+    this.vacantSince = undefined;
+    if (named !== undefined) this.otherHolder = named;
   }
 
   /** Sleeps `ms`; ends early on abort and on `wake()` (a wake while awake ends the next nap at once). */

@@ -1,5 +1,5 @@
 import { KvWatchInclude } from "@nats-io/kv";
-import type { KV } from "@nats-io/kv";
+import type { KV, KvEntry } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
@@ -65,6 +65,7 @@ export class GroupMembership {
   /** Ends the current pause between reads (a member joined or left: read now). */
   private wakeNap: (() => void) | undefined;
   private watching = false;
+  private expiryTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
@@ -102,6 +103,7 @@ export class GroupMembership {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       this.abort.abort();
+      clearTimeout(this.expiryTimer);
       await this.running;
       if (this.kv) {
         await this.kv.delete(this.key).catch((err: unknown) => {
@@ -166,7 +168,14 @@ export class GroupMembership {
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
-          if (e.operation !== "PUT" || !this.seen.has(e.key)) this.wakeNap?.();
+          const known = this.seen.get(e.key);
+          if (e.operation !== "PUT" || !known) {
+            this.wakeNap?.(); // joined or left: read everything now
+          } else if (known.revision !== e.revision) {
+            // A renewal, seen as it happens: the member's expiry clock starts now, not at the next read.
+            this.seen.set(e.key, { ...known, revision: e.revision, at: this.now() });
+            this.scheduleExpiry();
+          }
         }
       } finally {
         this.abort.signal.removeEventListener("abort", onAbort);
@@ -181,15 +190,20 @@ export class GroupMembership {
     const keys: string[] = [];
     for await (const k of await kv.keys(`${MEMBER_PREFIX}.>`)) keys.push(k);
     const at = this.now();
+    const entries = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null && e.operation === "PUT");
+    // How old a key is, from the stream's own store times: this member's key was stored just now, so
+    // a key stored long before it is a member that stopped writing (a crash), even on first sight.
+    // Both times come from the one server that stores the bucket: no clocks of two machines compared.
+    const ownStored = entries.find((e) => e.key === this.key)?.created.getTime();
     const present = new Set<string>();
-    for (const k of keys) {
-      const entry = await kv.get(k);
-      if (!entry || entry.operation !== "PUT") continue;
+    for (const entry of entries) {
+      const k = entry.key;
       const value = parse(entry.string());
       if (!value) continue;
       present.add(k);
       const prev = this.seen.get(k);
-      if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at, value });
+      const age = ownStored === undefined ? 0 : Math.max(0, ownStored - entry.created.getTime());
+      if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at: at - age, value });
       else if (k !== this.key && at - prev.at > FORGET_AFTER_MS) {
         // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision).
         await kv.delete(k, { previousSeq: entry.revision }).catch(() => undefined);
@@ -200,7 +214,24 @@ export class GroupMembership {
     this.update();
   }
 
+  /** Re-judges the members when the first live one would expire (a crashed member leaves on time, not at the next read). */
+  private scheduleExpiry(): void {
+    clearTimeout(this.expiryTimer);
+    if (this.abort.signal.aborted) return;
+    let next = Infinity;
+    const now = this.now();
+    for (const [k, s] of this.seen) {
+      if (k === this.key) continue;
+      const expires = s.at + this.opts.leaseMs;
+      if (expires > now) next = Math.min(next, expires);
+    }
+    if (next === Infinity) return;
+    this.expiryTimer = setTimeout(() => this.update(), Math.max(0, next - now) + 1);
+    this.expiryTimer.unref();
+  }
+
   private update(): void {
+    this.scheduleExpiry();
     const at = this.now();
     const live: MemberView[] = [];
     for (const [k, s] of this.seen) {

@@ -660,6 +660,8 @@ export class Link {
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
     if (this.troubles.has("guard") || this.troubles.has("refused")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
+    // Just took the link over: at work at once, whatever the last backlog reading (from before) said.
+    if (this.state.state === "standby") return this.state.set("catching-up", "this relay owns the link now");
     if (!this.backlog) return;
     this.state.set(this.backlog.pending > this.deps.config.inFlight ? "catching-up" : "live");
   }

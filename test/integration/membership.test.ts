@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { connect } from "@nats-io/transport-node";
+import { Kvm } from "@nats-io/kv";
+import { pino } from "pino";
+import { GroupMembership, MEMBER_PREFIX } from "../../src/group/membership.js";
+import type { MemberView } from "../../src/group/membership.js";
+import { check, uniqueName } from "../helpers/check.js";
+import { withServers } from "../helpers/servers.js";
+import type { HasAfter } from "../helpers/servers.js";
+import type { NatsNode } from "../helpers/types.js";
+
+/** A region's group members in the KV bucket, against a real nats-server. */
+
+const LEASE_MS = 1_500;
+const RENEW_MS = 250;
+const logger = pino({ level: "silent" });
+
+const shared = withServers({ after });
+let node: NatsNode;
+before(async () => {
+  node = await shared.startNats();
+});
+
+async function join(t: HasAfter, bucket: string, id: string): Promise<{ membership: GroupMembership; changes: (readonly MemberView[])[] }> {
+  const nc = await connect({ servers: node.url });
+  const membership = new GroupMembership({ nc, bucket, member: { id, name: `host-${id}` }, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger });
+  const changes: (readonly MemberView[])[] = [];
+  membership.onChange((members, changed) => {
+    if (changed) changes.push(members);
+  });
+  t.after(async () => {
+    await membership.stop();
+    await nc.close();
+  });
+  membership.start();
+  return { membership, changes };
+}
+
+const ids = (members: readonly MemberView[]) => members.map((m) => m.id);
+
+test("members see each other join; one that stops is gone from the others' view at once", async (t) => {
+  const bucket = uniqueName("grp");
+  const a = await join(t, bucket, "a");
+  const b = await join(t, bucket, "b");
+  await check(() => ids(a.membership.members).join() === "a,b" && ids(b.membership.members).join() === "a,b", { name: "both see a and b", timeoutMs: 5_000 });
+  const stoppedAt = performance.now();
+  await b.membership.stop();
+  await check(() => ids(a.membership.members).join() === "a", { name: "a sees b leave", timeoutMs: 5_000, intervalMs: 10 });
+  assert.ok(performance.now() - stoppedAt < LEASE_MS, "a stopped member's deleted key is seen at once, not after the lease");
+});
+
+test("a member that crashed (its key left behind) drops out after the lease; one that started after the crash never counts it", async (t) => {
+  const bucket = uniqueName("grp");
+  const nc = await connect({ servers: node.url });
+  t.after(() => nc.close());
+  const kv = await new Kvm(nc).create(bucket, { history: 1, replicas: 1 });
+  const a = await join(t, bucket, "a");
+  // "dead" wrote its key once and then died, as a SIGKILLed relay would.
+  await kv.put(`${MEMBER_PREFIX}.dead`, JSON.stringify({ id: "dead", name: "host-dead", startedAt: new Date().toISOString() }));
+  await check(() => ids(a.membership.members).includes("dead"), { name: "a sees dead join", timeoutMs: 5_000 });
+  const seenAt = performance.now();
+  await check(() => !ids(a.membership.members).includes("dead"), { name: "dead drops out of a's view", timeoutMs: 5_000, intervalMs: 10 });
+  const droppedAfter = performance.now() - seenAt;
+  assert.ok(droppedAfter >= LEASE_MS - RENEW_MS, `not before the lease (${Math.round(droppedAfter)} ms)`);
+  assert.ok(droppedAfter < LEASE_MS + RENEW_MS, `on time, not at a later read (${Math.round(droppedAfter)} ms)`);
+  // A member joining now finds the key stored long ago: it never counts dead as live, not even for a moment.
+  const late = await join(t, bucket, "late");
+  await check(() => ids(late.membership.members).join() === "a,late", { name: "late sees a and itself", timeoutMs: 5_000 });
+  assert.ok(
+    late.changes.every((members) => !ids(members).includes("dead")),
+    `late's views: ${JSON.stringify(late.changes.map(ids))}`,
+  );
+});
