@@ -473,6 +473,7 @@ export class Link {
     try {
       const epoch = await lease.acquired(this.abort.signal);
       if (!lease.resumed && this.pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
+      this.pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
       this.logger.info({ epoch, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
       return true;
     } catch {
@@ -624,6 +625,7 @@ export class Link {
           this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
         })
         .finally(() => {
+          this.pipeline.resume();
           // A relay in standby has no consumer to read: its state follows the lease (who holds it).
           if (this.standby) this.refreshState();
           this.schedulePoll();

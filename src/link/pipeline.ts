@@ -312,6 +312,15 @@ export class Pipeline {
     this.append(entry);
   }
 
+  /**
+   * Looks for work again. The pipeline runs on events (deliveries, PubAcks, timers); a condition that
+   * changes outside it (the lease valid again) must say so, or a full window would wait for an event
+   * that never comes. The link also calls it on every poll, as a safety net.
+   */
+  resume(): void {
+    this.schedule();
+  }
+
   private schedule(): void {
     if (this.pumpScheduled) return;
     this.pumpScheduled = true;

@@ -210,22 +210,31 @@ async function readRange(r: Reader, from: number, to: number, visit: (m: JsMsg) 
   }, QUIET_MS / 2);
   try {
     if (r.signal?.aborted) onAbort();
-    messages = await consumer.consume({
-      max_messages: Math.min(to - from + 1, MAX_CHUNK),
-      callback: (m: JsMsg) => {
-        if (once.done) return;
-        progressAt = Date.now();
-        if (m.seq > to) return settle(); // the range's tail was deleted
-        read++;
-        lastSeq = m.seq;
-        if (visit(m) || m.seq === to) settle();
-        else if (m.info.pending === 0) probe();
-      },
-    });
-    if (once.done) messages.stop();
-    const closed = (err?: unknown) =>
-      settle(err ?? new RelayError(ErrorCodes.JETSTREAM_API, `${where}: consumer closed`));
-    messages.closed().then(closed, closed);
+    // Not awaited by itself: an ordered consumer keeps re-trying its creation while the stream has no
+    // leader, and the read must still end on its timeout (the timer settles `finished`).
+    consumer
+      .consume({
+        max_messages: Math.min(to - from + 1, MAX_CHUNK),
+        callback: (m: JsMsg) => {
+          if (once.done) return;
+          progressAt = Date.now();
+          if (m.seq > to) return settle(); // the range's tail was deleted
+          read++;
+          lastSeq = m.seq;
+          if (visit(m) || m.seq === to) settle();
+          else if (m.info.pending === 0) probe();
+        },
+      })
+      .then(
+        (started) => {
+          messages = started;
+          if (once.done) return started.stop();
+          const closed = (err?: unknown) =>
+            settle(err ?? new RelayError(ErrorCodes.JETSTREAM_API, `${where}: consumer closed`));
+          started.closed().then(closed, closed);
+        },
+        (err: unknown) => settle(classifyJsError(err, where)),
+      );
     await finished;
   } finally {
     clearInterval(tick);

@@ -210,7 +210,10 @@ test("the owner's connection to its own region is cut: it is fenced within the l
       return s.links[0]?.state === "standby" && (s.group?.members.length ?? 0) === 2;
     },
     { name: "healed, the cut-off member rejoins: standby, seeing both members", timeoutMs: 20_000, intervalMs: 200 },
-  );
+  ).catch(async (err: unknown) => {
+    const last = await status(cutOff).catch((e: unknown) => String(e));
+    throw new Error(`${String(err)}\nlast /status: ${JSON.stringify(last).slice(0, 2_000)}\noutput:\n${cutOff.process.output().slice(-6_000)}`, { cause: err });
+  });
   await load.done;
   const stuck = await settled(r.nca, r.src, "after the cut", SETTLE_MS);
   const liveness = mergeLiveness(await Promise.all(probes.map((p) => p.stop())));

@@ -56,7 +56,16 @@ test("a link with 4 partitions over 2 relays: partitions split 2/2, each with it
     throw new Error(`${String(err)}; first ${JSON.stringify(owned(first))}, second ${JSON.stringify(owned(second))}`, { cause: err });
   });
   assert.deepEqual([...owned(first), ...owned(second)].sort(), ["orders/p0", "orders/p1", "orders/p2", "orders/p3"]);
-  const durables = (await (await jetstreamManager(nca)).consumers.list(src).next()).map((c) => c.name).sort();
+  // Each owner creates its partitions' durables right after taking their leases.
+  const jsm = await jetstreamManager(nca);
+  let durables: string[] = [];
+  await check(
+    async () => {
+      durables = (await jsm.consumers.list(src).next()).map((c) => c.name).sort();
+      return durables.length === PARTITIONS;
+    },
+    { name: "a durable per partition", timeoutMs: 20_000 },
+  );
   assert.deepEqual(durables, ["relay-orders-p0", "relay-orders-p1", "relay-orders-p2", "relay-orders-p3"]);
 
   // Key k goes to partition k % 4; its versions count up in publish order.

@@ -23,7 +23,7 @@ links:
 );
 
 /** A pipeline of the a-to-b link, without a guard, that owns the link. */
-function newPipeline(acks: SourceAcks, metrics: ReturnType<typeof createMetrics>): Pipeline {
+function newPipeline(acks: SourceAcks, metrics: ReturnType<typeof createMetrics>, owns: () => boolean = () => true): Pipeline {
   const link = config.links[0];
   assert.ok(link);
   return new Pipeline({
@@ -35,7 +35,7 @@ function newPipeline(acks: SourceAcks, metrics: ReturnType<typeof createMetrics>
     logger: pino({ level: "silent" }),
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
     markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
-    owns: () => true,
+    owns,
   });
 }
 
@@ -67,6 +67,19 @@ test("a loop is acked on every delivery but counted once per message", async () 
   assert.equal(pipeline.size, 0, "nothing held");
 });
 
+/** A publisher whose every publish is stored (PubAck with the next destination seq, on the next turn). */
+function storingPublisher(published: string[]): JetStreamPublisher {
+  let destSeq = 0;
+  return {
+    inFlight: 0,
+    publish(subject: string, _data: Uint8Array, _headers: unknown, cb: (err: null, ack: { stream: string; seq: number; duplicate: boolean }) => void) {
+      published.push(subject);
+      const seq = ++destSeq;
+      setImmediate(() => cb(null, { stream: "S", seq, duplicate: false }));
+    },
+  } as unknown as JetStreamPublisher;
+}
+
 /** A delivery of a message that originates in region a (forwarded on a-to-b). */
 function ownDelivery(seq: number, consumerSequence: number, deliveryCount: number): Delivery {
   return {
@@ -87,15 +100,7 @@ test("a finished message delivered again as a first delivery (a consumer leader 
   const acked: string[] = [];
   const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
   const published: string[] = [];
-  let destSeq = 0;
-  const publisher = {
-    inFlight: 0,
-    publish(subject: string, _data: Uint8Array, _headers: unknown, cb: (err: null, ack: { stream: string; seq: number; duplicate: boolean }) => void) {
-      published.push(subject);
-      const seq = ++destSeq;
-      setImmediate(() => cb(null, { stream: "S", seq, duplicate: false }));
-    },
-  } as unknown as JetStreamPublisher;
+  const publisher = storingPublisher(published);
   const pipeline = newPipeline(acks, metrics);
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 1_000 });
   pipeline.setPublisher(publisher);
@@ -110,4 +115,26 @@ test("a finished message delivered again as a first delivery (a consumer leader 
   assert.equal(pipeline.size, 0, "nothing held");
   const dups = (await metrics.messages.get()).values.find((v) => v.labels.outcome === "duplicate")?.value;
   assert.equal(dups, 1, "counted as a duplicate");
+});
+
+test("messages held while the lease was not valid are published once it is again and resume() is called (no other event comes)", async () => {
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const acked: string[] = [];
+  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
+  let owns = false;
+  const published: string[] = [];
+  const publisher = storingPublisher(published);
+  const pipeline = newPipeline(acks, metrics, () => owns);
+  pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 1_000 });
+  pipeline.setPublisher(publisher);
+  pipeline.push(ownDelivery(7, 1, 1));
+  pipeline.push(ownDelivery(8, 2, 1));
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(published.length, 0, "nothing is published without the lease");
+  owns = true; // the lease is back: nothing inside the pipeline notices
+  await new Promise((r) => setTimeout(r, 50));
+  assert.equal(published.length, 0, "the pipeline waits for an event");
+  pipeline.resume();
+  await check(() => acked.length === 2, { name: "both published and acked after resume()", timeoutMs: 5_000 });
+  assert.equal(published.length, 2);
 });
