@@ -70,6 +70,7 @@ export class Relay {
   private readonly abort = new AbortController();
   private readonly startedAt = new Date();
   private readonly logger: Logger;
+  private readonly regionLogger: Logger;
   private current: RelayState = "created";
   /** This process in its region's group: names it in every lease it holds. Never reused. */
   readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
@@ -89,7 +90,10 @@ export class Relay {
     }
     this.registry = deps.registry ?? new Registry();
     this.metrics = createMetrics(this.registry);
-    this.logger = deps.logger.child({ component: "relay", region });
+    // One key per name on every line (strict JSON parsers reject duplicates): `region` is this relay's
+    // own region, bound once here; components and links are bound once, on loggers made from it.
+    this.regionLogger = deps.logger.child({ region });
+    this.logger = this.regionLogger.child({ component: "relay" });
   }
 
   get state(): RelayState {
@@ -159,9 +163,9 @@ export class Relay {
       member: self,
       leaseMs: group.leaseMs,
       renewMs: group.renewMs,
-      logger: this.logger,
+      logger: this.regionLogger.child({ component: "group" }),
     });
-    this.coordinator = new GroupCoordinator(this.membership, self, this.logger, (members) => this.metrics.groupMembers.set(members.length));
+    this.coordinator = new GroupCoordinator(this.membership, self, this.regionLogger.child({ component: "group" }), (members) => this.metrics.groupMembers.set(members.length));
     for (const link of this.links) this.coordinator.add(link.placed);
     this.membership.start();
   }
@@ -175,9 +179,9 @@ export class Relay {
     try {
       const [source, dest] = await Promise.all([sourceConn, destConn]);
       if (this.abort.signal.aborted) return;
-      const logger = this.deps.logger.child({ component: "link", region: this.region });
+      const logger = this.regionLogger.child({ component: "link", link: config.name });
       const guard = await createGuard(config.guard, {
-        logger: logger.child({ link: config.name, component: "guard" }),
+        logger: this.regionLogger.child({ component: "guard", link: config.name }),
         scope: `${config.to.region}:${config.to.stream}`,
         linkName: config.name,
         fence: leaseKey(config),
@@ -191,7 +195,7 @@ export class Relay {
         owner: this.memberId,
         leaseMs: this.config.group.leaseMs,
         renewMs: this.config.group.renewMs,
-        logger: logger.child({ link: config.name, component: "lease" }),
+        logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
           if (reason !== "renewed-late") this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);

@@ -70,7 +70,7 @@ export class LinkLease {
   constructor(options: LeaseOptions) {
     this.opts = compileLeaseOptions(options);
     this.now = this.opts.now;
-    this.logger = options.logger.child({ component: "lease", bucket: this.opts.bucket, key: this.opts.key, owner: this.opts.owner });
+    this.logger = options.logger.child({ bucket: this.opts.bucket, key: this.opts.key, owner: this.opts.owner });
   }
 
   get state(): LeaseState {

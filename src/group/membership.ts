@@ -74,7 +74,7 @@ export class GroupMembership {
   constructor(private readonly opts: MembershipOptions) {
     this.now = opts.now ?? (() => performance.now());
     this.key = `${MEMBER_PREFIX}.${opts.member.id.replace(/[^-\w]/g, "_")}`;
-    this.logger = opts.logger.child({ component: "group", bucket: opts.bucket, member: opts.member.id });
+    this.logger = opts.logger.child({ bucket: opts.bucket, member: opts.member.id });
   }
 
   /** The live members, sorted by id (this one included once its key is written). */

@@ -141,7 +141,7 @@ export class Link {
   constructor(private readonly deps: LinkDeps) {
     const { config } = deps;
     this.name = config.name;
-    this.logger = deps.logger.child({ link: config.name });
+    this.logger = deps.logger; // bound to the link by its creator
     this.state = new LinkStateMachine(config.name, deps.metrics, this.logger);
     this.publisher = new JetStreamPublisher(deps.dest, config.publishTimeoutMs);
     this.destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceRef());

@@ -63,12 +63,12 @@ export async function connectRegion(region: RegionConfig, opts: RegionConnectOpt
   for (;;) {
     try {
       const nc = await connect(options);
-      opts.logger.info({ region: region.name, server: nc.getServer() }, "connected to region");
+      opts.logger.info({ peerRegion: region.name, server: nc.getServer() }, "connected to region");
       return nc;
     } catch (err) {
       const classified = classifyConnectError(region, err);
       if (!classified.isRetryable() || Date.now() + delay > deadline || opts.signal?.aborted) throw classified;
-      opts.logger.warn({ region: region.name, code: classified.code, err: classified.message }, "region not reachable yet; retrying");
+      opts.logger.warn({ peerRegion: region.name, code: classified.code, err: classified.message }, "region not reachable yet; retrying");
       await sleep(delay, opts.signal);
       delay = Math.min(delay * 2, 5_000);
     }

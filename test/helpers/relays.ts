@@ -9,6 +9,7 @@ import { createLogger } from "../../src/observability/logger.js";
 import { Relay } from "../../src/relay.js";
 import { HttpServer } from "../../src/observability/http-server.js";
 import { check } from "./check.js";
+import { linesWithDuplicateKeys } from "./log-lines.js";
 
 export const REPO_ROOT = new URL("../..", import.meta.url).pathname;
 
@@ -56,6 +57,7 @@ export async function startRelay(
     await relay.stop(AbortSignal.timeout(5_000));
     await http?.stop();
     await keepLogs(t.name ?? "relay", region, logs);
+    assertCleanLogLines(logs.lines, "in-process relay");
   });
   await relay.start();
   return { relay, logs, url, config };
@@ -143,6 +145,15 @@ export class RelayProcess {
 
 export function spawnRelay(t: { after(fn: () => unknown): void }, args: readonly string[], env: Record<string, string> = {}): RelayProcess {
   const p = new RelayProcess(args, env);
-  t.after(() => p.stop());
+  t.after(async () => {
+    await p.stop();
+    assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`);
+  });
   return p;
+}
+
+/** Every JSON log line a relay wrote has each key once per object (strict log parsers reject duplicates). */
+function assertCleanLogLines(lines: readonly string[], who: string): void {
+  const bad = linesWithDuplicateKeys(lines);
+  if (bad.length > 0) throw new Error(`${who} wrote ${bad.length} log lines with duplicate keys, e.g. ${bad.slice(0, 3).join(" | ")}`);
 }

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { assertDelivery, computeReport, storedCopies } from "../faults/checker.js";
 import type { FaultReport, SourceMessage, StoredCopy } from "../faults/checker.js";
 import { ownershipOverlaps } from "../faults/ownership.js";
+import { duplicateKeys } from "../helpers/log-lines.js";
 
 /** m-0 .. m-(n-1) on S.<i % 2>, seq i + 1. */
 function source(n: number): SourceMessage[] {
@@ -178,4 +179,11 @@ test("ownershipOverlaps: intervals of two relays on one lease key that intersect
     [["k2", 0, 1]],
     "k1 handed over at 200 (no overlap); k2 still held by relay 0 when relay 1 took it",
   );
+});
+
+test("duplicateKeys finds a key written twice in one object, at any depth, and nothing else", () => {
+  assert.deepEqual(duplicateKeys('{"level":30,"region":"b","region":"a","msg":"x"}'), ["region"]);
+  assert.deepEqual(duplicateKeys('{"a":{"b":1,"b":2},"c":[{"d":1,"d":2},{"d":3}],"e":"\\"e\\":1"}'), ["a.b", "c.d"]);
+  assert.deepEqual(duplicateKeys('{"component":"link","link":"x","err":{"component":"guard"}}'), [], "the same key in different objects is fine");
+  assert.deepEqual(duplicateKeys('{"msg":"a, \\"msg\\": b","list":["msg","msg"]}'), []);
 });
