@@ -1,3 +1,4 @@
+import { createRequire } from "node:module";
 import { pino } from "pino";
 import type { Logger, LevelWithSilent } from "pino";
 
@@ -21,8 +22,21 @@ export interface LoggerOptions {
   readonly secrets?: readonly string[];
   /** Where to write (default stdout). Tests pass a stream to inspect output. */
   readonly destination?: NodeJS.WritableStream;
-  /** Pretty output; by default only when stdout is a TTY. */
+  /** Pretty output; by default only when stdout is a TTY and pino-pretty is installed. */
   readonly pretty?: boolean;
+}
+
+/**
+ * pino-pretty is a development dependency: a production install (`npm ci --omit=dev`, the Docker
+ * image) does not have it, and pino would fail to start its transport. Pretty output needs it found.
+ */
+function prettyAvailable(): boolean {
+  try {
+    createRequire(import.meta.url).resolve("pino-pretty");
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /**
@@ -44,7 +58,7 @@ export function createLogger(opts: LoggerOptions): Logger {
     for (const [k, v] of Object.entries(value)) out[k] = scrub(v, depth + 1);
     return out;
   };
-  const pretty = opts.pretty ?? (process.stdout.isTTY === true && !opts.destination);
+  const pretty = (opts.pretty ?? (process.stdout.isTTY === true && !opts.destination)) && prettyAvailable();
   const options = {
     level: opts.level,
     base: { service: "jetstream-relay" },
