@@ -47,6 +47,10 @@ export const ErrorCodes = {
   BAD_MESSAGE: "BAD_MESSAGE",
   /** Source retention deleted messages the link had not relayed, and the link's policy is `halt`. */
   SOURCE_GAP: "SOURCE_GAP",
+  /** The HTTP server cannot listen on its address (in use, not this host's, not permitted). Exit code 1. */
+  HTTP_LISTEN: "HTTP_LISTEN",
+  /** `status` cannot reach the relay's HTTP address (refused, timed out, not HTTP). Exit code 1. */
+  RELAY_UNREACHABLE: "RELAY_UNREACHABLE",
   /** Shutdown did not finish within the grace period. */
   SHUTDOWN_TIMEOUT: "SHUTDOWN_TIMEOUT",
   /** Anything else: a bug. */

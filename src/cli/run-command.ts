@@ -1,4 +1,6 @@
 import { loadConfig } from "../config/load.js";
+import { parseHostPort } from "../config/schema.js";
+import { ErrorCodes, RelayError } from "../errors.js";
 import { secretsOf } from "../config/redact.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
@@ -29,10 +31,12 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   const config = await loadConfig(configPath);
   const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
   const relay = new Relay(config, region, { logger });
-  const [host, port] = splitListen(typeof values.http === "string" ? values.http : undefined, config.http);
+  const override = typeof values.http === "string" ? values.http : undefined;
+  const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
   const http = new HttpServer({
     host,
     port,
+    source: override === undefined ? `http.listen (${configPath})` : "--http",
     registry: relay.registry,
     status: () => relay.status(),
     ready: () => relay.readiness(),
@@ -60,8 +64,9 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   return done;
 }
 
-function splitListen(override: string | undefined, fallback: { host: string; port: number }): [string, number] {
-  if (!override) return [fallback.host, fallback.port];
-  const i = override.lastIndexOf(":");
-  return [override.slice(0, i) || "0.0.0.0", Number(override.slice(i + 1))];
+/** `--http HOST:PORT` (port 0 picks a free one); a USAGE error naming the flag otherwise. */
+function parseHttpFlag(text: string): { host: string; port: number } {
+  const parsed = parseHostPort(text, 0);
+  if (!parsed) throw new RelayError(ErrorCodes.USAGE, `--http ${JSON.stringify(text)}: expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:9464`);
+  return parsed;
 }

@@ -19,14 +19,14 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
     console.log(helpText(statusSpec));
     return 0;
   }
-  const base = requireString(statusSpec, values, "url").replace(/\/+$/, "");
+  const base = relayUrl(requireString(statusSpec, values, "url"));
   let status: RelayStatus;
   try {
     const res = await fetch(`${base}/status`, { signal: AbortSignal.timeout(5_000) });
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    if (!res.ok) throw new Error(`it answered HTTP ${res.status}`);
     status = (await res.json()) as RelayStatus;
   } catch (err) {
-    throw new RelayError(ErrorCodes.NATS_CONNECT, `cannot read ${base}/status: ${(err as Error).message}`, { cause: err });
+    throw new RelayError(ErrorCodes.RELAY_UNREACHABLE, `cannot read ${base}/status: ${describeFetchError(err)}`, { cause: err });
   }
   if (values.json) {
     console.log(JSON.stringify(status, null, 2));
@@ -37,6 +37,30 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
   return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
+}
+
+/** `--url`: an http(s) URL, or a USAGE error naming the flag. */
+function relayUrl(text: string): string {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new RelayError(ErrorCodes.USAGE, `--url ${JSON.stringify(text)}: not a URL; use the relay's HTTP address, e.g. http://127.0.0.1:9464`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new RelayError(ErrorCodes.USAGE, `--url ${JSON.stringify(text)}: use an http:// or https:// address, e.g. http://127.0.0.1:9464`);
+  }
+  return text.replace(/\/+$/, "");
+}
+
+/** fetch() says "fetch failed"; the reason (refused, timed out, not found) is in its cause. */
+function describeFetchError(err: unknown): string {
+  if (err instanceof Error && err.name === "TimeoutError") return "no answer within 5 s";
+  const cause = err instanceof Error ? (err.cause as (Error & { code?: string }) | undefined) : undefined;
+  if (cause?.code === "ECONNREFUSED") return `connection refused (is the relay running, and is this its http.listen address?)`;
+  if (cause?.code === "ENOTFOUND") return `host not found`;
+  if (cause) return cause.code ? `${cause.code}: ${cause.message}` : cause.message;
+  return err instanceof Error ? err.message : String(err);
 }
 
 export function formatTable(status: RelayStatus): string {

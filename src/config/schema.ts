@@ -235,7 +235,7 @@ function oneOf<const T extends readonly string[]>(
 }
 
 /** `host:port` where host is a name, an IPv4 address or a bracketed IPv6 address. */
-function parseHostPort(s: string, portMin: number): { host: string; port: number } | undefined {
+export function parseHostPort(s: string, portMin: number): { host: string; port: number } | undefined {
   const m = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$/.exec(s);
   if (m === null || m[1] === undefined || m[2] === undefined) return undefined;
   const port = Number(m[2]);

@@ -2,6 +2,7 @@ import { createServer } from "node:http";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Registry } from "prom-client";
+import { ErrorCodes, RelayError } from "../errors.js";
 
 export interface HttpDeps {
   readonly host: string;
@@ -11,6 +12,21 @@ export interface HttpDeps {
   readonly status: () => unknown;
   /** Ready when every link is `live`, `catching-up` or `standby`. */
   readonly ready: () => { ready: boolean; reasons: string[] };
+  /** Where the address came from, for errors (default `http.listen`). */
+  readonly source?: string;
+}
+
+const LISTEN_PROBLEMS: Readonly<Record<string, string>> = {
+  EADDRINUSE: "the address is already in use (another relay, or another program, listens there)",
+  EADDRNOTAVAIL: "the address is not one of this host's",
+  EACCES: "not permitted (a port below 1024 needs privileges)",
+  ENOTFOUND: "the host name does not resolve",
+};
+
+/** A listen failure as the operator can act on it: which setting, which address, what is wrong. */
+function listenError(err: NodeJS.ErrnoException, host: string, port: number, source = "http.listen"): RelayError {
+  const why = LISTEN_PROBLEMS[err.code ?? ""] ?? err.message;
+  return new RelayError(ErrorCodes.HTTP_LISTEN, `${source} ${host}:${port}: cannot listen: ${why}`, { cause: err });
 }
 
 /**
@@ -33,7 +49,7 @@ export class HttpServer {
     });
     this.server = server;
     await new Promise<void>((resolve, reject) => {
-      server.once("error", reject);
+      server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(err, this.deps.host, this.deps.port, this.deps.source)));
       server.listen(this.deps.port, this.deps.host, () => resolve());
     });
     return (server.address() as AddressInfo).port;

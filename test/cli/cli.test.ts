@@ -68,3 +68,37 @@ links:
   assert.match(r.out, /region c: .* runs 0 link/);
   assert.match(r.out, /c-to-b: c\/S filter x\.> -> b\/S/);
 });
+
+test("usage and runtime errors of run and status: their own codes, the flag or config path named, exit 2 for usage and 1 for runtime", async () => {
+  const { createServer } = await import("node:net");
+  const busy = createServer();
+  await new Promise<void>((resolve) => busy.listen(0, "127.0.0.1", resolve));
+  const busyPort = (busy.address() as { port: number }).port;
+  try {
+    // A region nobody listens on: the relay never gets past its HTTP server, which is what is tested.
+    const path = await writeConfig(`
+regions:
+  a: { servers: ["nats://127.0.0.1:1"] }
+  b: { servers: ["nats://127.0.0.1:1"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S } }
+http: { listen: "127.0.0.1:${busyPort}" }
+`);
+    const inUse = await cli(["run", "--config", path, "--region", "b"]);
+    assert.equal(inUse.code, 1, inUse.err);
+    assert.match(inUse.err, new RegExp(`\\[HTTP_LISTEN\\]: http\\.listen \\(${path.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}\\) 127\\.0\\.0\\.1:${busyPort}: cannot listen: the address is already in use`));
+    const flagInUse = await cli(["run", "--config", path, "--region", "b", "--http", `127.0.0.1:${busyPort}`]);
+    assert.match(flagInUse.err, /\[HTTP_LISTEN\]: --http 127\.0\.0\.1:\d+: cannot listen/);
+    const badFlag = await cli(["run", "--config", path, "--region", "b", "--http", "foo"]);
+    assert.equal(badFlag.code, 2, badFlag.err);
+    assert.match(badFlag.err, /^--http "foo": expected HOST:PORT with a port from 0 to 65535/m);
+  } finally {
+    await new Promise((resolve) => busy.close(resolve));
+  }
+  const notUrl = await cli(["status", "--url", "notaurl"]);
+  assert.equal(notUrl.code, 2, notUrl.err);
+  assert.match(notUrl.err, /^--url "notaurl": not a URL/m);
+  const refused = await cli(["status", "--url", `http://127.0.0.1:${busyPort}`]); // closed now
+  assert.equal(refused.code, 1, refused.err);
+  assert.match(refused.err, /\[RELAY_UNREACHABLE\]: cannot read http:\/\/127\.0\.0\.1:\d+\/status: connection refused/);
+});
