@@ -1,3 +1,4 @@
+import { looseSecretFiles } from "../config/file-modes.js";
 import { loadConfig } from "../config/load.js";
 import { scrubSecrets, secretsOf } from "../config/redact.js";
 import { exitCodeFor, runPreflight, selectLinks } from "../preflight/preflight.js";
@@ -40,10 +41,15 @@ export async function checkCommand(argv: readonly string[]): Promise<number> {
       console.log(`  ${l.name}: ${l.from.region}/${l.from.stream}${filter} -> ${l.to.region}/${l.to.stream} (${guard})`);
     }
   }
-  if (!values.live) return 0;
+  const loose = await looseSecretFiles(path, config);
+  for (const f of loose) {
+    console.log(`\nwarning: ${f.what} ${f.path} is readable by its group or by everyone (mode ${f.mode.toString(8).padStart(4, "0")}); it holds secrets: chmod 600 ${f.path}`);
+  }
+  const filesCode = loose.length > 0 && values.strict === true ? 1 : 0;
+  if (!values.live) return filesCode;
 
   const report = await runPreflight(config, region === undefined ? {} : { region });
   // The checks never put a secret in a row; scrubbing is the last line of defence.
   console.log(scrubSecrets(formatReport(report), secretsOf(config)));
-  return exitCodeFor(report, values.strict === true);
+  return Math.max(exitCodeFor(report, values.strict === true), filesCode);
 }

@@ -37,6 +37,8 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
     host,
     port,
     source: override === undefined ? `http.listen (${configPath})` : "--http",
+    ...(config.http.token === undefined ? {} : { token: config.http.token }),
+    protectMetrics: config.http.protectMetrics,
     registry: relay.registry,
     status: () => relay.status(),
     ready: () => relay.readiness(),

@@ -6,9 +6,10 @@ import { helpText, parseCommandArgs, requireString } from "./args.js";
 export const statusSpec: CommandSpec = {
   name: "status",
   summary: "print the link status of a running relay as a table",
-  usage: "jetstream-relay status --url http://HOST:9464 [--json]",
+  usage: "jetstream-relay status --url http://HOST:9464 [--json] [--token TOKEN]",
   options: {
     url: { type: "string", short: "u", description: "the relay's HTTP address" },
+    token: { type: "string", description: "the relay's http.token, when /status needs one (or env RELAY_HTTP_TOKEN)" },
     json: { type: "boolean", description: "print the raw /status JSON" },
   },
 };
@@ -22,7 +23,9 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   const base = relayUrl(requireString(statusSpec, values, "url"));
   let status: RelayStatus;
   try {
-    const res = await fetch(`${base}/status`, { signal: AbortSignal.timeout(5_000) });
+    const token = typeof values.token === "string" ? values.token : process.env["RELAY_HTTP_TOKEN"];
+    const res = await fetch(`${base}/status`, { signal: AbortSignal.timeout(5_000), ...(token ? { headers: { authorization: `Bearer ${token}` } } : {}) });
+    if (res.status === 401) throw new Error(token ? "the token was refused (401)" : "it needs a token (401): pass --token or set RELAY_HTTP_TOKEN");
     if (!res.ok) throw new Error(`it answered HTTP ${res.status}`);
     status = (await res.json()) as RelayStatus;
   } catch (err) {

@@ -48,7 +48,7 @@ export const DEFAULTS = Object.freeze({
   idTtlMs: 3_600_000,
   /** The guard's claim TTL is this many times the link's ack wait. */
   claimTtlAckWaitFactor: 2,
-  httpHost: "0.0.0.0",
+  httpHost: "127.0.0.1",
   httpPort: 9464,
   logLevel: "info",
   shutdownGraceMs: 30_000,
@@ -251,7 +251,12 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
   return deepFreeze({
     regions,
     links: parsed.links.map(compileLink),
-    http: { host: listen?.host ?? DEFAULTS.httpHost, port: listen?.port ?? DEFAULTS.httpPort },
+    http: {
+      host: listen?.host ?? DEFAULTS.httpHost,
+      port: listen?.port ?? DEFAULTS.httpPort,
+      ...(parsed.http?.token === undefined ? {} : { token: parsed.http.token }),
+      protectMetrics: parsed.http?.protectMetrics ?? false,
+    },
     log: { level: parsed.log?.level ?? DEFAULTS.logLevel },
     shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
     group: {

@@ -153,7 +153,12 @@ export function redactConfig(config: RelayConfig): unknown {
   return {
     regions,
     links,
-    http: { host: config.http.host, port: config.http.port },
+    http: {
+      host: config.http.host,
+      port: config.http.port,
+      ...(config.http.token === undefined ? {} : { token: REDACTED }),
+      protectMetrics: config.http.protectMetrics,
+    },
     log: { level: config.log.level },
     shutdownGraceMs: config.shutdownGraceMs,
   };
@@ -170,6 +175,7 @@ export function secretsOf(config: RelayConfig): string[] {
     if (r.auth?.kind === "token") found.push(r.auth.token);
     if (r.auth?.kind === "user") found.push(r.auth.password);
   }
+  if (config.http.token !== undefined) found.push(config.http.token);
   for (const l of config.links) {
     const s = l.guard?.store;
     if (s?.kind === "redis") {

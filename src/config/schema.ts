@@ -419,7 +419,11 @@ export const ConfigSchema = obj({
     RegionSchema,
   ),
   links: list(LinkSchema, "must list at least one link"),
-  http: obj({ listen: listenAddress.optional() }).optional(),
+  http: obj({
+    listen: listenAddress.optional(),
+    token: z.string().min(16, { error: "must be at least 16 characters (use a random secret, e.g. from ${RELAY_HTTP_TOKEN})" }).optional(),
+    protectMetrics: z.boolean().optional(),
+  }).optional(),
   log: obj({ level: oneOf(LOG_LEVELS, { lowercase: true }).optional() }).optional(),
   shutdown: obj({ grace: duration({ allowZero: true }).optional() }).optional(),
   group: obj({

@@ -97,7 +97,13 @@ export interface LinkConfig {
 export interface RelayConfig {
   readonly regions: ReadonlyMap<string, RegionConfig>;
   readonly links: readonly LinkConfig[];
-  readonly http: { readonly host: string; readonly port: number };
+  readonly http: {
+    readonly host: string;
+    readonly port: number;
+    /** Bearer token `/status` requires (and `/metrics` with `protectMetrics`); a secret. */
+    readonly token?: string;
+    readonly protectMetrics: boolean;
+  };
   readonly log: { readonly level: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent" };
   readonly shutdownGraceMs: number;
   /**

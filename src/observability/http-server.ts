@@ -1,3 +1,4 @@
+import { timingSafeEqual } from "node:crypto";
 import { createServer } from "node:http";
 import type { IncomingMessage, Server, ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -14,6 +15,9 @@ export interface HttpDeps {
   readonly ready: () => { ready: boolean; reasons: string[] };
   /** Where the address came from, for errors (default `http.listen`). */
   readonly source?: string;
+  /** Bearer token `/status` requires (and `/metrics` when `protectMetrics`). */
+  readonly token?: string;
+  readonly protectMetrics?: boolean;
 }
 
 const LISTEN_PROBLEMS: Readonly<Record<string, string>> = {
@@ -55,6 +59,13 @@ export class HttpServer {
     return (server.address() as AddressInfo).port;
   }
 
+  private authorized(req: IncomingMessage): boolean {
+    const token = this.deps.token;
+    if (token === undefined) return true;
+    const header = req.headers.authorization ?? "";
+    return header.startsWith("Bearer ") && tokensEqual(header.slice("Bearer ".length), token);
+  }
+
   stop(): Promise<void> {
     this.stopping ??= new Promise<void>((resolve) => {
       if (!this.server) return resolve();
@@ -66,6 +77,12 @@ export class HttpServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "/").split("?")[0];
+    const protectedPath = path === "/status" || (path === "/metrics" && this.deps.protectMetrics === true);
+    if (protectedPath && !this.authorized(req)) {
+      res.writeHead(401, { "content-type": "application/json", "www-authenticate": 'Bearer realm="jetstream-relay"' });
+      res.end(JSON.stringify({ error: `${path} needs the bearer token of http.token (Authorization: Bearer <token>)` }));
+      return;
+    }
     switch (path) {
       case "/metrics": {
         const body = await this.deps.registry.metrics();
@@ -85,6 +102,12 @@ export class HttpServer {
         return json(res, 404, { error: `no such endpoint ${path}; try /metrics /healthz /readyz /status` });
     }
   }
+}
+
+function tokensEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
 }
 
 function json(res: ServerResponse, code: number, body: unknown): void {

@@ -102,3 +102,33 @@ http: { listen: "127.0.0.1:${busyPort}" }
   assert.equal(refused.code, 1, refused.err);
   assert.match(refused.err, /\[RELAY_UNREACHABLE\]: cannot read http:\/\/127\.0\.0\.1:\d+\/status: connection refused/);
 });
+
+test("check warns when the config or a credentials file it names is readable by group or others (exit 1 under --strict)", async () => {
+  const { chmod, writeFile: write } = await import("node:fs/promises");
+  const { dirname } = await import("node:path");
+  const path = await writeConfig("placeholder");
+  const seed = join(dirname(path), "relay.nk");
+  await write(seed, "SUAEXAMPLESEED");
+  await write(
+    path,
+    `
+regions:
+  a: { servers: ["nats://127.0.0.1:4222"], auth: { nkey: "${seed}" } }
+  b: { servers: ["nats://127.0.0.1:4223"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S } }
+`,
+  );
+  await chmod(path, 0o644);
+  await chmod(seed, 0o640);
+  const loose = await cli(["check", "--config", path]);
+  assert.equal(loose.code, 0, loose.err);
+  assert.match(loose.out, new RegExp(`warning: config file ${path} is readable by its group or by everyone \\(mode 0644\\); it holds secrets: chmod 600`));
+  assert.match(loose.out, /warning: region a nkey seed file .*relay\.nk is readable by its group or by everyone \(mode 0640\)/);
+  assert.equal((await cli(["check", "--config", path, "--strict"])).code, 1);
+  await chmod(path, 0o600);
+  await chmod(seed, 0o600);
+  const tight = await cli(["check", "--config", path, "--strict"]);
+  assert.equal(tight.code, 0, tight.out + tight.err);
+  assert.doesNotMatch(tight.out, /warning:/);
+});

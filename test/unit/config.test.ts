@@ -132,7 +132,7 @@ void describe("valid configs", () => {
       cluster: { nodes: ["r1:6379", "r2:6379", "r3:6379"] },
     });
 
-    assert.deepEqual(c.http, { host: "127.0.0.1", port: 9999 });
+    assert.deepEqual(c.http, { host: "127.0.0.1", port: 9999, protectMetrics: false });
     assert.deepEqual(c.log, { level: "debug" });
     assert.equal(c.shutdownGraceMs, 10_000);
     assert.deepEqual(c.group, { bucket: "eu_relays", leaseMs: 8_000, renewMs: 2_000 });
@@ -166,7 +166,7 @@ void describe("valid configs", () => {
         onGap: "continue",
       },
     ]);
-    assert.deepEqual(c.http, { host: "0.0.0.0", port: 9464 });
+    assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
     assert.deepEqual(c.log, { level: "info" });
     assert.equal(c.shutdownGraceMs, 30_000);
     assert.deepEqual(c.group, { bucket: "relay_leases", leaseMs: 5_000, renewMs: 1_000 });
@@ -218,7 +218,7 @@ void describe("valid configs", () => {
   void it("takes the log level in any case, and IPv6 listen addresses", () => {
     const c = parse(BASE + 'log: { level: WARN }\nhttp: { listen: "[::1]:0" }\n');
     assert.equal(c.log.level, "warn");
-    assert.deepEqual(c.http, { host: "::1", port: 0 });
+    assert.deepEqual(c.http, { host: "::1", port: 0, protectMetrics: false });
   });
 
   void it("supports YAML anchors and merge keys", () => {
@@ -516,6 +516,19 @@ links:
     ]);
     assert.deepEqual(configError(() => parse(partitioned("orders.*.>", 1))).problems, [
       'links[0].partitions.token: from.filter "orders.*.>" must have * as token 1 (the partition number)',
+    ]);
+  });
+});
+
+void describe("http", () => {
+  void it("a token protects /status; it is a secret: redacted and scrubbed", async () => {
+    const { redactConfig, secretsOf } = await import("../../src/config/redact.js");
+    const c = parse(BASE + 'http: { listen: "0.0.0.0:9464", token: "${TOKEN}", protectMetrics: true }\n', { TOKEN: "a-very-long-http-token-1234" });
+    assert.deepEqual(c.http, { host: "0.0.0.0", port: 9464, token: "a-very-long-http-token-1234", protectMetrics: true });
+    assert.ok(secretsOf(c).includes("a-very-long-http-token-1234"));
+    assert.ok(!JSON.stringify(redactConfig(c)).includes("a-very-long-http-token-1234"));
+    assert.deepEqual(configError(() => parse(BASE + 'http: { token: "short" }\n')).problems, [
+      "http.token: must be at least 16 characters (use a random secret, e.g. from ${RELAY_HTTP_TOKEN})",
     ]);
   });
 });
