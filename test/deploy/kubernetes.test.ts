@@ -325,6 +325,11 @@ test("the pods get every secret the config reads, from the Secret the example de
     const env = relayContainer(d).env ?? [];
     for (const v of needed) {
       const e = env.find((x) => x.name === v);
+      if (v === "POD_IP") {
+        // Not a secret: http.listen binds the pod's own address.
+        assert.equal(e?.valueFrom?.fieldRef?.fieldPath, "status.podIP", `${d.metadata?.name}: POD_IP from the downward API`);
+        continue;
+      }
       const ref = e?.valueFrom?.secretKeyRef;
       assert.ok(ref, `${d.metadata?.name}: ${v} must come from a secretKeyRef`);
       assert.equal(ref.name, secret.metadata?.name, `${d.metadata?.name}: ${v} secret name`);
@@ -334,6 +339,7 @@ test("the pods get every secret the config reads, from the Secret the example de
       );
     }
   }
+  assert.match(text, /http: \{ listen: "\$\{POD_IP\}:9464" \}/, "the HTTP server binds the pod IP, not every interface");
   // And no secret sits in the ConfigMap itself: every credential is a ${VAR} reference.
   const raw = parse(text) as { regions: Record<string, { auth?: Record<string, string> }> };
   for (const [region, r] of Object.entries(raw.regions)) {
