@@ -237,9 +237,11 @@ export class Relay {
       this.abort.abort();
       // Leave the group first: the others place this relay's links on themselves while it drains, and
       // take each lease the moment it is released.
+      // (Its key's delete goes out at once; an unreachable bucket does not hold up the drain.)
       this.coordinator?.stop();
-      await this.membership?.stop();
+      const leaving = this.membership?.stop();
       await Promise.all(this.links.map((l) => l.stop(signal)));
+      await leaving;
       await Promise.all([...this.connections.values()].map((nc) => nc.drain().catch(() => nc.close())));
       this.setState("stopped");
       this.resolveClosed();

@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { withDeadline } from "../lifecycle/deadline.js";
 import { openGroupBucket } from "./bucket.js";
 import type { PlacementMember } from "./placement.js";
 
@@ -106,7 +107,7 @@ export class GroupMembership {
       clearTimeout(this.expiryTimer);
       await this.running;
       if (this.kv) {
-        await this.kv.delete(this.key).catch((err: unknown) => {
+        await withDeadline(this.kv.delete(this.key), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
           this.logger.warn({ err: toRelayError(err).message }, "could not delete this member's key: the others see it leave when it expires");
         });
       }
@@ -130,7 +131,8 @@ export class GroupMembership {
         const value: MemberValue = { id: this.opts.member.id, name: this.opts.member.name, startedAt: this.startedAt };
         await this.kv.put(this.key, JSON.stringify(value));
         this.ownWrittenAt = sentAt;
-        await this.read(this.kv);
+        // Listing keys runs an ordered consumer, which waits out a server that is down: bounded here.
+        await withDeadline(this.read(this.kv), this.opts.leaseMs, `group bucket ${this.opts.bucket}: reading the members`, signal);
         this.watch(this.kv);
         if (troubled) this.logger.info("group bucket reachable again");
         troubled = false;

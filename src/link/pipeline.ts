@@ -259,7 +259,7 @@ export class Pipeline {
 
   /** Resolves when every entry has left the pipeline (or `signal` aborts). */
   async drained(signal?: AbortSignal): Promise<void> {
-    if (this.bySeq.size === 0) return;
+    if (this.bySeq.size === 0 || signal?.aborted) return;
     await new Promise<void>((resolve) => {
       this.drainWaiters.push(resolve);
       signal?.addEventListener("abort", () => resolve(), { once: true });

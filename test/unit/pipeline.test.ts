@@ -138,3 +138,13 @@ test("messages held while the lease was not valid are published once it is again
   await check(() => acked.length === 2, { name: "both published and acked after resume()", timeoutMs: 5_000 });
   assert.equal(published.length, 2);
 });
+
+test("drained() with a signal that already aborted returns at once, with messages still held", async () => {
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const acks = { ack: () => true, nak: () => true } as unknown as SourceAcks;
+  const pipeline = newPipeline(acks, metrics);
+  pipeline.push(ownDelivery(7, 1, 1)); // no publisher: it stays
+  assert.equal(pipeline.size, 1);
+  const outcome = await Promise.race([pipeline.drained(AbortSignal.abort()).then(() => "returned"), new Promise((r) => setTimeout(() => r("hung"), 1_000))]);
+  assert.equal(outcome, "returned");
+});
