@@ -21,6 +21,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: "compare both sides of a link by id: missing, duplicated, versions gone backwards",
     load: async () => (await import("./cli/verify-command.js")).verifyCommand,
   },
+  health: {
+    summary: "exit 0 when this config's relay answers /healthz (container health checks)",
+    load: async () => (await import("./cli/health-command.js")).healthCommand,
+  },
   demo: {
     summary: "two local regions, traffic, an injected failure, and the numbers",
     load: async () => (await import("./cli/demo-command.js")).demoCommand,

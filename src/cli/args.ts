@@ -5,7 +5,8 @@ export interface CommandSpec {
   readonly name: string;
   readonly summary: string;
   readonly usage: string;
-  readonly options: Record<string, { type: "string" | "boolean"; short?: string; description: string }>;
+  /** `env`: the environment variable a missing string option is read from (container images set them). */
+  readonly options: Record<string, { type: "string" | "boolean"; short?: string; description: string; env?: string }>;
 }
 
 /** parseArgs with USAGE errors that name the command, and `--help` on every command. */
@@ -13,7 +14,7 @@ export function parseCommandArgs(spec: CommandSpec, argv: readonly string[]) {
   try {
     const { values } = parseArgs({
       args: [...argv],
-      options: { ...spec.options, help: { type: "boolean", short: "h" } },
+      options: { ...Object.fromEntries(Object.entries(spec.options).map(([k, o]) => [k, { type: o.type, ...(o.short ? { short: o.short } : {}) }])), help: { type: "boolean", short: "h" } },
       strict: true,
       allowPositionals: false,
     });
@@ -25,16 +26,17 @@ export function parseCommandArgs(spec: CommandSpec, argv: readonly string[]) {
 
 export function requireString(spec: CommandSpec, values: Record<string, unknown>, key: string): string {
   const v = values[key];
-  if (typeof v !== "string" || v === "") {
-    throw new RelayError(ErrorCodes.USAGE, `${spec.name}: --${key} is required\n\n${helpText(spec)}`);
-  }
-  return v;
+  const fromEnv = spec.options[key]?.env === undefined ? undefined : process.env[spec.options[key].env];
+  if (typeof v === "string" && v !== "") return v;
+  if (fromEnv !== undefined && fromEnv !== "") return fromEnv;
+  const env = spec.options[key]?.env;
+  throw new RelayError(ErrorCodes.USAGE, `${spec.name}: --${key} is required${env ? ` (or set ${env})` : ""}\n\n${helpText(spec)}`);
 }
 
 export function helpText(spec: CommandSpec): string {
   const lines = [`jetstream-relay ${spec.name}: ${spec.summary}`, "", `usage: ${spec.usage}`, "", "options:"];
   for (const [name, o] of Object.entries(spec.options)) {
-    lines.push(`  --${name}${o.type === "string" ? " VALUE" : ""}`.padEnd(28) + o.description);
+    lines.push(`  --${name}${o.type === "string" ? " VALUE" : ""}`.padEnd(28) + o.description + (o.env ? ` (env ${o.env})` : ""));
   }
   lines.push("  --help".padEnd(28) + "show this help");
   return lines.join("\n");

@@ -14,9 +14,9 @@ export const runSpec: CommandSpec = {
   summary: "run the links whose destination is REGION (consume remotely, publish locally)",
   usage: "jetstream-relay run --config FILE --region NAME [--http HOST:PORT]",
   options: {
-    config: { type: "string", short: "c", description: "config file (YAML)" },
-    region: { type: "string", short: "r", description: "this relay's region: the destination of its links" },
-    http: { type: "string", description: "override http.listen (HOST:PORT; port 0 picks a free one)" },
+    config: { type: "string", short: "c", description: "config file (YAML)", env: "RELAY_CONFIG" },
+    region: { type: "string", short: "r", description: "this relay's region: the destination of its links", env: "RELAY_REGION" },
+    http: { type: "string", description: "override http.listen (HOST:PORT; port 0 picks a free one)", env: "RELAY_HTTP" },
   },
 };
 
@@ -31,7 +31,7 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   const config = await loadConfig(configPath);
   const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
   const relay = new Relay(config, region, { logger });
-  const override = typeof values.http === "string" ? values.http : undefined;
+  const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
   const http = new HttpServer({
     host,

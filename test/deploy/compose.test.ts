@@ -708,7 +708,8 @@ test("the Dockerfile builds dist/ with npm ci and runs it as node from a product
   const lines = text.split("\n").filter((l) => l.trim() !== "" && !l.trim().startsWith("#"));
   const stages = lines.filter((l) => /^FROM\s/i.test(l));
   assert.ok(stages.length >= 2, "multi-stage");
-  for (const s of stages) assert.match(s, /^FROM node:20-bookworm-slim\b/);
+  // Node 22 LTS: Node 20 is out of support (and dependencies already ask for 22).
+  for (const s of stages) assert.match(s, /^FROM node:22-bookworm-slim\b/);
   const runtimeStart = text.lastIndexOf("\nFROM ");
   const build = text.slice(0, runtimeStart);
   const runtime = text.slice(runtimeStart);
@@ -723,7 +724,9 @@ test("the Dockerfile builds dist/ with npm ci and runs it as node from a product
   assert.match(runtime, /^USER node$/m);
   assert.match(runtime, /^EXPOSE 9464$/m);
   assert.match(runtime, /^ENTRYPOINT \["node", ?"dist\/cli\.js"\]$/m);
-  assert.match(runtime, /^CMD \["run", ?"--config", ?"\/etc\/jetstream-relay\/relay\.yaml"\]$/m);
+  assert.match(runtime, /^ENV RELAY_CONFIG=\/etc\/jetstream-relay\/relay\.yaml$/m);
+  assert.match(runtime, /^CMD \["run"\]$/m);
+  assert.match(runtime, /^\s+CMD \["node", ?"dist\/cli\.js", ?"health"\]$/m, "the health check asks the configured address");
 
   // dist/cli.js is what `npm run build` produces from src/cli.ts.
   const pkg = JSON.parse(read("package.json")) as {
