@@ -1,5 +1,13 @@
 import { parseArgs } from "node:util";
+import { parseHostPort } from "../config/schema.js";
 import { ErrorCodes, RelayError } from "../errors.js";
+
+/** `--http HOST:PORT` (port 0 picks a free one); a USAGE error naming the flag otherwise. */
+export function parseHttpFlag(text: string): { host: string; port: number } {
+  const parsed = parseHostPort(text, 0);
+  if (!parsed) throw new RelayError(ErrorCodes.USAGE, `--http ${JSON.stringify(text)}: expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:9464`);
+  return parsed;
+}
 
 export interface CommandSpec {
   readonly name: string;

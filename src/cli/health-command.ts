@@ -1,8 +1,6 @@
 import { loadConfig } from "../config/load.js";
-import { parseHostPort } from "../config/schema.js";
-import { ErrorCodes, RelayError } from "../errors.js";
 import type { CommandSpec } from "./args.js";
-import { helpText, parseCommandArgs, requireString } from "./args.js";
+import { helpText, parseCommandArgs, parseHttpFlag, requireString } from "./args.js";
 
 export const healthSpec: CommandSpec = {
   name: "health",
@@ -29,8 +27,7 @@ export async function healthCommand(argv: readonly string[]): Promise<number> {
   }
   const config = await loadConfig(requireString(healthSpec, values, "config"));
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
-  const listen = override === undefined ? config.http : parseHostPort(override, 0);
-  if (!listen) throw new RelayError(ErrorCodes.USAGE, `--http ${JSON.stringify(override)}: expected HOST:PORT`);
+  const listen = override === undefined ? config.http : parseHttpFlag(override);
   const url = `http://${probeHost(listen.host)}:${listen.port}/healthz`;
   try {
     const res = await fetch(url, { signal: AbortSignal.timeout(3_000) });

@@ -1,13 +1,11 @@
 import { loadConfig } from "../config/load.js";
-import { parseHostPort } from "../config/schema.js";
-import { ErrorCodes, RelayError } from "../errors.js";
 import { secretsOf } from "../config/redact.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger } from "../observability/logger.js";
 import { Relay } from "../relay.js";
 import type { CommandSpec } from "./args.js";
-import { parseCommandArgs, requireString, helpText } from "./args.js";
+import { parseCommandArgs, parseHttpFlag, requireString, helpText } from "./args.js";
 
 export const runSpec: CommandSpec = {
   name: "run",
@@ -66,9 +64,4 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   return done;
 }
 
-/** `--http HOST:PORT` (port 0 picks a free one); a USAGE error naming the flag otherwise. */
-function parseHttpFlag(text: string): { host: string; port: number } {
-  const parsed = parseHostPort(text, 0);
-  if (!parsed) throw new RelayError(ErrorCodes.USAGE, `--http ${JSON.stringify(text)}: expected HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:9464`);
-  return parsed;
-}
+
