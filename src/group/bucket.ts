@@ -4,8 +4,12 @@ import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 
-/** JetStream's "replicas > 1 not supported in non-clustered mode": a single server, so R1 is all there is. */
-const REPLICAS_NOT_SUPPORTED = 10074;
+/**
+ * What a create with too many replicas is refused with: "replicas > 1 not supported in non-clustered
+ * mode" (a single server), "insufficient resources" and "no suitable peers for placement" (a cluster
+ * smaller than the replicas asked for).
+ */
+const TOO_MANY_REPLICAS = [10074, 10023, 10005];
 
 export interface GroupBucketOptions {
   /** Connection to the region's own cluster. Not closed here. */
@@ -14,12 +18,13 @@ export interface GroupBucketOptions {
   readonly bucket: string;
   /** Timeout of one KV request (ms). */
   readonly timeoutMs: number;
-  /** Replicas when it has to be created; default 3, or 1 on a server that is not clustered. */
+  /** Replicas when it has to be created; default min(3, cluster size). */
   readonly replicas?: number | undefined;
 }
 
 /**
- * Opens the group's KV bucket (leases and members), creating it when missing: history 1, no TTL, reads
+ * Opens the group's KV bucket (leases and members), creating it when missing (replicas min(3, cluster
+ * size) unless given): history 1, no TTL, reads
  * from the stream leader (no direct get: a lagging replica would only cost futile CAS attempts and
  * stale member views). An existing bucket is used as it is.
  */
@@ -28,12 +33,16 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
   const kvm = new Kvm(js);
   const create = (replicas: number) => kvm.create(opts.bucket, { history: 1, replicas, allow_direct: false });
   try {
-    try {
-      return await create(opts.replicas ?? 3);
-    } catch (err) {
-      if (opts.replicas !== undefined || !isApiCode(err, REPLICAS_NOT_SUPPORTED)) throw err;
-      return await create(1);
+    if (opts.replicas !== undefined) return await create(opts.replicas);
+    // min(3, cluster size): 3, else as many as the cluster has.
+    for (const replicas of [3, 2]) {
+      try {
+        return await create(replicas);
+      } catch (err) {
+        if (!TOO_MANY_REPLICAS.some((code) => isApiCode(err, code))) throw err;
+      }
     }
+    return await create(1);
   } catch (err) {
     throw classifyJsError(err, `group bucket ${opts.bucket}`);
   }

@@ -380,3 +380,14 @@ test("3-node cluster: an owner cut off from the cluster is fenced before another
   assert.equal(a.lease.valid(), false);
   assert.equal(a.losses.length, 1);
 });
+
+test("the bucket is created with min(3, cluster size) replicas: 2 on a 2-node cluster", async (t) => {
+  const cluster = await shared.startNatsCluster({ size: 2 });
+  const defer = deferrals(t);
+  const bucket = uniqueName("grp");
+  const a = await member(defer, cluster.urls, "k", "a", { bucket });
+  a.lease.start();
+  await a.lease.acquired(AbortSignal.timeout(20_000));
+  const info = await (await new Kvm(a.nc).open(bucket)).status();
+  assert.equal(info.replicas, 2);
+});
