@@ -136,20 +136,23 @@ export function computeReport(
 
 /**
  * The source stream in order. id = `Nats-Msg-Id` (fault tests always publish with one; a message
- * without it rejects). Entity and version come from the named headers when given; a version that is
- * not a non-negative integer rejects, since the checker must not guess.
+ * without it rejects). Entity and version come from the named headers (default `Test-Entity` and
+ * `Test-Version`, which publishIds stamps); a version that is not a non-negative integer rejects,
+ * since the checker must not guess.
  */
 export async function readSource(
   nc: NatsConnection,
   stream: string,
-  opts: { entityHeader?: string; versionHeader?: string } = {},
+  /** `versions: false`: ignore entities (a fault where the server itself may reorder, counted separately). */
+  opts: { entityHeader?: string; versionHeader?: string; versions?: false } = {},
 ): Promise<SourceMessage[]> {
   const messages = await readWhole(nc, stream);
   return messages.map((m) => {
     const id = m.headers["Nats-Msg-Id"];
     if (id === undefined) throw new Error(`readSource: ${stream} seq ${m.seq} has no Nats-Msg-Id`);
-    const entity = opts.entityHeader === undefined ? undefined : m.headers[opts.entityHeader];
-    const rawVersion = opts.versionHeader === undefined ? undefined : m.headers[opts.versionHeader];
+    // publishIds stamps every message with these; tests publishing their own name theirs.
+    const entity = opts.versions === false ? undefined : m.headers[opts.entityHeader ?? "Test-Entity"];
+    const rawVersion = opts.versions === false ? undefined : m.headers[opts.versionHeader ?? "Test-Version"];
     if (rawVersion !== undefined && !/^\d+$/.test(rawVersion)) {
       throw new Error(`readSource: ${stream} seq ${m.seq} has version ${JSON.stringify(rawVersion)}`);
     }

@@ -29,7 +29,9 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
   await createStream(nca, { name: src, subjects: [`${src}.>`] });
   await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
   await publishIds(nca, src, "m", TOTAL);
-  const source = await readSource(nca, src);
+  // The server may store a later message before an earlier one here (counted by the relay and allowed
+  // below); the same reorder moves that entity's version back, so versions are not checked separately.
+  const source = await readSource(nca, src, { versions: false });
   const { relay, url } = await startRelay(
     t,
     linkYaml({

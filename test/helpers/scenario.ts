@@ -27,9 +27,16 @@ ${l.extra ?? ""}`,
   return `regions:\n${regions}\nlinks:\n${links}\n${opts.extra ?? ""}\nlog: { level: info }\nshutdown: { grace: 10s }\n`;
 }
 
-/** Publishes `count` messages with ids `${prefix}-${i}` on `${subjectPrefix}.<i % 5>`. */
+/**
+ * Publishes `count` messages with ids `${prefix}-${i}` on `${subjectPrefix}.<i % 5>`. Each carries an
+ * entity (`Test-Entity: e<i % 5>`, one per subject) and a version counting up in publish order
+ * (`Test-Version: i`), so the fault checker sees a version going backwards wherever order breaks.
+ */
 export async function publishIds(nc: NatsConnection, subjectPrefix: string, prefix: string, count: number, from = 0): Promise<string[]> {
-  await publishMany(nc, count, (i) => ({ subject: `${subjectPrefix}.${(i + from) % 5}`, headers: { "Nats-Msg-Id": `${prefix}-${i + from}` } }));
+  await publishMany(nc, count, (i) => ({
+    subject: `${subjectPrefix}.${(i + from) % 5}`,
+    headers: { "Nats-Msg-Id": `${prefix}-${i + from}`, "Test-Entity": `e${(i + from) % 5}`, "Test-Version": String(i + from) },
+  }));
   return Array.from({ length: count }, (_, i) => `${prefix}-${i + from}`);
 }
 
