@@ -385,7 +385,7 @@ test("the bucket is created with min(3, cluster size) replicas: 2 on a 2-node cl
   const cluster = await shared.startNatsCluster({ size: 2 });
   const defer = deferrals(t);
   const bucket = uniqueName("grp");
-  const a = await member(defer, cluster.urls, "k", "a", { bucket });
+  const a = await member(defer, [...cluster.urls], "k", "a", { bucket });
   a.lease.start();
   await a.lease.acquired(AbortSignal.timeout(20_000));
   const info = await (await new Kvm(a.nc).open(bucket)).status();
