@@ -29,13 +29,14 @@ ${l.extra ?? ""}`,
 
 /**
  * Publishes `count` messages with ids `${prefix}-${i}` on `${subjectPrefix}.<i % 5>`. Each carries an
- * entity (`Test-Entity: e<i % 5>`, one per subject) and a version counting up in publish order
- * (`Test-Version: i`), so the fault checker sees a version going backwards wherever order breaks.
+ * entity (`Test-Entity: <prefix>-e<i % 5>`, one per subject and prefix) and a version counting up in
+ * publish order (`Test-Version: i`; calls that continue a prefix pass `from`), so the fault checker sees
+ * a version going backwards wherever order breaks.
  */
 export async function publishIds(nc: NatsConnection, subjectPrefix: string, prefix: string, count: number, from = 0): Promise<string[]> {
   await publishMany(nc, count, (i) => ({
     subject: `${subjectPrefix}.${(i + from) % 5}`,
-    headers: { "Nats-Msg-Id": `${prefix}-${i + from}`, "Test-Entity": `e${(i + from) % 5}`, "Test-Version": String(i + from) },
+    headers: { "Nats-Msg-Id": `${prefix}-${i + from}`, "Test-Entity": `${prefix}-e${(i + from) % 5}`, "Test-Version": String(i + from) },
   }));
   return Array.from({ length: count }, (_, i) => `${prefix}-${i + from}`);
 }
