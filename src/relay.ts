@@ -216,6 +216,7 @@ export class Relay {
         metrics: this.metrics,
         logger,
         ...(this.deps.pollIntervalMs ? { pollIntervalMs: this.deps.pollIntervalMs } : {}),
+        progressIntervalMs: this.config.log.progressIntervalMs,
       });
       this.links.push(link);
       this.waiting.delete(config.name);

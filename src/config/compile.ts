@@ -51,6 +51,8 @@ export const DEFAULTS = Object.freeze({
   httpHost: "127.0.0.1",
   httpPort: 9464,
   logLevel: "info",
+  /** A catching-up or resyncing link logs its progress this often. */
+  progressLogMs: 10_000,
   shutdownGraceMs: 30_000,
   leaseBucket: "relay_leases",
   leaseMs: 5_000,
@@ -257,7 +259,7 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       ...(parsed.http?.token === undefined ? {} : { token: parsed.http.token }),
       protectMetrics: parsed.http?.protectMetrics ?? false,
     },
-    log: { level: parsed.log?.level ?? DEFAULTS.logLevel },
+    log: { level: parsed.log?.level ?? DEFAULTS.logLevel, progressIntervalMs: parsed.log?.progressInterval ?? DEFAULTS.progressLogMs },
     shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
     group: {
       bucket: parsed.group?.bucket ?? DEFAULTS.leaseBucket,

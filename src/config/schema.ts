@@ -424,7 +424,7 @@ export const ConfigSchema = obj({
     token: z.string().min(16, { error: "must be at least 16 characters (use a random secret, e.g. from ${RELAY_HTTP_TOKEN})" }).optional(),
     protectMetrics: z.boolean().optional(),
   }).optional(),
-  log: obj({ level: oneOf(LOG_LEVELS, { lowercase: true }).optional() }).optional(),
+  log: obj({ level: oneOf(LOG_LEVELS, { lowercase: true }).optional(), progressInterval: duration({ allowZero: true }).optional() }).optional(),
   shutdown: obj({ grace: duration({ allowZero: true }).optional() }).optional(),
   group: obj({
     bucket: z.string().regex(/^[-\w]+$/, { error: "must be a KV bucket name: letters, digits, - and _" }).optional(),

@@ -104,7 +104,11 @@ export interface RelayConfig {
     readonly token?: string;
     readonly protectMetrics: boolean;
   };
-  readonly log: { readonly level: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent" };
+  readonly log: {
+    readonly level: "trace" | "debug" | "info" | "warn" | "error" | "fatal" | "silent";
+    /** A catching-up or resyncing link logs its backlog and rate this often (0: never). */
+    readonly progressIntervalMs: number;
+  };
   readonly shutdownGraceMs: number;
   /**
    * The relays of a region form a group: each link has one owner at a time, held as a lease in a KV

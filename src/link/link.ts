@@ -16,6 +16,7 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
+import { CatchUpLog, ResyncLog } from "./progress-log.js";
 import { positionCursor } from "./cursor.js";
 import { Destination } from "./destination.js";
 import type { BacklogReading } from "./backlog.js";
@@ -43,6 +44,8 @@ export interface LinkDeps {
   readonly logger: Logger;
   /** How often backlog and state are refreshed (ms). */
   readonly pollIntervalMs?: number;
+  /** A catching-up or resyncing link logs its progress this often (ms; 0: never; default 10 s). */
+  readonly progressIntervalMs?: number;
 }
 
 export interface LinkStatus {
@@ -122,6 +125,7 @@ export class Link {
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
   private handoverReason: string | undefined;
   private gapDetector: GapDetector;
+  private readonly catchUpLog: CatchUpLog;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
   private pendingResync: ResyncReason | undefined;
@@ -163,6 +167,7 @@ export class Link {
       },
     });
     this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
+    this.catchUpLog = new CatchUpLog(this.logger, deps.progressIntervalMs ?? 10_000);
     deps.lease.onLost((reason) => this.leaseLost(reason));
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
   }
@@ -614,6 +619,7 @@ export class Link {
           if (this.troubles.has("dest") && this.destConnected && this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
           if (!this.resyncing) this.inspect(reading);
           this.refreshState();
+          this.catchUpLog.observe(this.state.state, reading);
         })
         .catch((err: unknown) => {
           // The consumer's deletion is not always announced to a running pull (no pull request open at
@@ -710,6 +716,7 @@ export class Link {
     try {
       await this.pipeline.drained(this.abort.signal);
       const domain = this.deps.sourceRegion.domain;
+      const resyncLog = new ResyncLog(this.logger, this.deps.progressIntervalMs ?? 10_000);
       const result = await runResync(
         {
           link: this.deps.config,
@@ -719,6 +726,7 @@ export class Link {
           push: (m, id) => this.pipeline.push(m, id),
           drained: () => this.pipeline.drained(this.abort.signal),
           signal: this.abort.signal,
+          progress: (id, sent, remaining) => resyncLog.observe(id, sent, remaining),
         },
         reason,
       );

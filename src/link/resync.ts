@@ -18,6 +18,8 @@ export interface ResyncDeps {
   /** Resolves when the pipeline has relayed (or suppressed) everything pushed so far. */
   readonly drained: () => Promise<void>;
   readonly signal: AbortSignal;
+  /** Told after every snapshot message: how many were sent and how many are left. */
+  readonly progress?: (resyncId: string, sent: number, remaining: number) => void;
 }
 
 export interface ResyncResult {
@@ -57,6 +59,7 @@ export async function runResync(deps: ResyncDeps, reason: ResyncReason): Promise
         deps.push(d, id);
         messages++;
         remaining = d.pending;
+        deps.progress?.(id, messages, remaining);
         if (remaining === 0) break;
       }
     } finally {

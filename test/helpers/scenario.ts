@@ -24,7 +24,9 @@ export function linkYaml(opts: {
 ${l.extra ?? ""}`,
     )
     .join("\n");
-  return `regions:\n${regions}\nlinks:\n${links}\n${opts.extra ?? ""}\nlog: { level: info }\nshutdown: { grace: 10s }\n`;
+  // `extra` may bring its own top-level log section.
+  const log = /^log:/m.test(opts.extra ?? "") ? "" : "log: { level: info }\n";
+  return `regions:\n${regions}\nlinks:\n${links}\n${opts.extra ?? ""}\n${log}shutdown: { grace: 10s }\n`;
 }
 
 /**

@@ -147,3 +147,22 @@ test("bounded replay: a backlog older than maxReplayAge resyncs; one within it r
   assert.deepEqual(ids.slice(15), Array.from({ length: 30 }, (_, i) => `fresh-${i}`));
   assert.equal(await metricValue(third.relay, "relay_resyncs_total", {}), 0);
 });
+
+test("a long replay logs its progress every log.progressInterval: backlog messages, age, drain rate and ETA", async (t) => {
+  const { src, dst, nca, ncb, yaml } = await regions(t);
+  const backlog = await publishIds(nca, src, "backlog", 20_000);
+  // A narrow in-flight window keeps the link catching up for several seconds.
+  const { logs } = await startRelay(t, yaml("    inFlight: 8\n    batchSize: 8\n", "log:\n  progressInterval: 300ms\n"), "b");
+  await waitForCount(ncb, dst, backlog.length, 60_000, "after the replay");
+  const progress = logs.lines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => typeof l["backlogMessages"] === "number");
+  assert.ok(progress.length >= 2, `at least two progress lines during the replay (got ${progress.length})`);
+  for (const line of progress) {
+    assert.equal(line["link"], "a-to-b");
+    assert.match(String(line["msg"]), /^catching up: \d+ messages behind, oldest \d+ s old, /);
+    assert.equal(typeof line["backlogAgeSeconds"], "number");
+    assert.equal(typeof line["drainRate"], "number");
+  }
+  const counts = progress.map((l) => l["backlogMessages"] as number);
+  assert.ok(counts[0]! > counts.at(-1)!, `the backlog shrinks from line to line (${counts.join(", ")})`);
+  assert.ok(progress.some((l) => typeof l["etaSeconds"] === "number"), "an ETA once the backlog shrinks");
+});

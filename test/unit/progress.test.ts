@@ -48,3 +48,28 @@ test("Progress writes nothing when the stream is not a terminal", () => {
   assert.equal(p.active, false);
   assert.deepEqual(out.writes, []);
 });
+
+test("CatchUpLog: one line per interval while catching up, with drain rate and ETA; none when live", async () => {
+  const { CatchUpLog } = await import("../../src/link/progress-log.js");
+  const lines: { fields: Record<string, unknown>; msg: string }[] = [];
+  const logger = { info: (fields: Record<string, unknown>, msg: string) => lines.push({ fields, msg }) } as never;
+  let now = 0;
+  const log = new CatchUpLog(logger, 1_000, () => now);
+  const reading = (messages: number, ageSeconds: number) => ({ messages, ageSeconds }) as never;
+  log.observe("catching-up", reading(10_000, 60));
+  now = 500;
+  log.observe("catching-up", reading(9_000, 59)); // within the interval
+  now = 1_000;
+  log.observe("catching-up", reading(8_000, 50));
+  now = 2_000;
+  log.observe("catching-up", reading(8_500, 50)); // producers outrun the relay
+  now = 3_000;
+  log.observe("live", reading(0, 0));
+  now = 5_000;
+  log.observe("live", reading(0, 0));
+  assert.equal(lines.length, 2);
+  assert.deepEqual(lines[0]!.fields, { backlogMessages: 8_000, backlogAgeSeconds: 50, drainRate: 2_000, etaSeconds: 4 });
+  assert.equal(lines[0]!.msg, "catching up: 8000 messages behind, oldest 50 s old, shrinking by 2000/s, about 4 s to go");
+  assert.equal(lines[1]!.fields["etaSeconds"], undefined);
+  assert.match(lines[1]!.msg, /backlog not shrinking$/);
+});
