@@ -34,13 +34,24 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
 function usage(): string {
   const lines = ["usage: jetstream-relay <command> [options]", "", "commands:"];
   for (const [name, c] of Object.entries(COMMANDS)) lines.push(`  ${name.padEnd(8)} ${c.summary}`);
-  lines.push("", "jetstream-relay <command> --help for the command's options");
+  lines.push("", "jetstream-relay <command> --help for the command's options; --version for the version");
   return lines.join("\n");
+}
+
+/** The package's version: package.json sits one level above both src/ and dist/ (and in the image). */
+async function version(): Promise<string> {
+  const { readFile } = await import("node:fs/promises");
+  const pkg = JSON.parse(await readFile(new URL("../package.json", import.meta.url), "utf8")) as { version: string };
+  return pkg.version;
 }
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage. */
 async function main(argv: readonly string[]): Promise<number> {
   const [name, ...rest] = argv;
+  if (name === "--version" || name === "-V" || name === "version") {
+    console.log(`jetstream-relay ${await version()}`);
+    return 0;
+  }
   if (!name || name === "--help" || name === "-h" || name === "help") {
     console.log(usage());
     return name ? 0 : 2;

@@ -44,8 +44,14 @@ export function requireString(spec: CommandSpec, values: Record<string, unknown>
 export function helpText(spec: CommandSpec): string {
   const lines = [`jetstream-relay ${spec.name}: ${spec.summary}`, "", `usage: ${spec.usage}`, "", "options:"];
   for (const [name, o] of Object.entries(spec.options)) {
-    lines.push(`  --${name}${o.type === "string" ? " VALUE" : ""}`.padEnd(28) + o.description + (o.env ? ` (env ${o.env})` : ""));
+    const flag = `${o.short ? `-${o.short}, ` : "    "}--${name}${o.type === "string" ? " VALUE" : ""}`;
+    lines.push(`  ${flag}`.padEnd(32) + o.description + (o.env ? ` (env ${o.env})` : ""));
   }
-  lines.push("  --help".padEnd(28) + "show this help");
+  lines.push("  -h, --help".padEnd(32) + "show this help");
   return lines.join("\n");
+}
+
+/** `1 link`, `2 links`. */
+export function plural(count: number, noun: string): string {
+  return `${count} ${noun}${count === 1 ? "" : "s"}`;
 }

@@ -4,7 +4,7 @@ import { scrubSecrets, secretsOf } from "../config/redact.js";
 import { exitCodeFor, runPreflight, selectLinks } from "../preflight/preflight.js";
 import { formatReport } from "../preflight/report.js";
 import type { CommandSpec } from "./args.js";
-import { helpText, parseCommandArgs, requireString } from "./args.js";
+import { helpText, parseCommandArgs, plural, requireString } from "./args.js";
 
 export const checkSpec: CommandSpec = {
   name: "check",
@@ -30,11 +30,11 @@ export async function checkCommand(argv: readonly string[]): Promise<number> {
   const region = typeof values.region === "string" ? values.region : undefined;
   const config = await loadConfig(path);
   selectLinks(config, region); // a USAGE error for an unknown --region, before anything is printed
-  console.log(`config ${path} is valid: ${config.regions.size} regions, ${config.links.length} links`);
+  console.log(`config ${path} is valid: ${plural(config.regions.size, "region")}, ${plural(config.links.length, "link")}`);
   for (const name of config.regions.keys()) {
     if (region !== undefined && name !== region) continue;
     const links = config.links.filter((l) => l.to.region === name);
-    console.log(`\nregion ${name}: jetstream-relay run --region ${name} runs ${links.length} link(s)`);
+    console.log(`\nregion ${name}: jetstream-relay run --region ${name} runs ${plural(links.length, "link")}`);
     for (const l of links) {
       const filter = l.from.filterSubject ? ` filter ${l.from.filterSubject}` : "";
       const guard = l.guard ? `guard ${l.guard.store.kind}` : "broker dedup only";

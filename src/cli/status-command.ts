@@ -1,7 +1,7 @@
 import { ErrorCodes, RelayError } from "../errors.js";
 import type { RelayStatus } from "../relay.js";
 import type { CommandSpec } from "./args.js";
-import { helpText, parseCommandArgs, requireString } from "./args.js";
+import { helpText, parseCommandArgs, plural, requireString } from "./args.js";
 
 export const statusSpec: CommandSpec = {
   name: "status",
@@ -37,6 +37,8 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   }
   console.log(`relay region ${status.region}, started ${status.startedAt}`);
   console.log(formatTable(status));
+  const errors = formatErrors(status, process.stdout.columns || 100);
+  if (errors) console.log(`\n${errors}`);
   if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
   return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
@@ -67,7 +69,7 @@ function describeFetchError(err: unknown): string {
 }
 
 export function formatTable(status: RelayStatus): string {
-  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "RELAYED", "DEAD-LETTERED", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
   const rows = status.links.map((l) => [
     l.name,
     l.from,
@@ -76,15 +78,37 @@ export function formatTable(status: RelayStatus): string {
     l.stateSince,
     l.ownership ? (l.ownership.self ? "this relay" : (l.ownership.owner ?? "-")) : "-",
     l.ownership?.epoch !== undefined ? String(l.ownership.epoch) : "-",
+    String(l.messages?.["relayed"] ?? 0),
+    String(l.messages?.["dead_lettered"] ?? 0),
     String(l.backlog?.messages ?? "?"),
     l.backlog ? `${l.backlog.ageSeconds.toFixed(1)}s` : "?",
     String(l.inFlight),
     String(Object.values(l.corrections ?? {}).reduce((a, b) => a + b, 0)),
     String((l.gaps ?? []).reduce((a, g) => a + g.count, 0)),
     l.guard,
-    l.lastError ? `${l.lastError.code}: ${l.lastError.message}`.slice(0, 60) : "-",
+    l.lastError ? `${l.lastError.code} at ${l.lastError.at}` : "-",
   ]);
   return table(header, rows);
+}
+
+/** Each link's last error in full, wrapped to `width` columns (the table shows only its code). */
+export function formatErrors(status: RelayStatus, width = 100): string {
+  const blocks = status.links.flatMap((l) => (l.lastError ? [`${l.name}: ${l.lastError.code} at ${l.lastError.at}\n${wrap(l.lastError.message, width - 2, "  ")}`] : []));
+  return blocks.length === 0 ? "" : `last errors:\n${blocks.join("\n")}`;
+}
+
+/** Breaks text at spaces into lines of at most `width` characters (a longer word gets its own line). */
+export function wrap(text: string, width: number, indent = ""): string {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(/\s+/).filter((w) => w !== "")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  if (line !== "") lines.push(line);
+  return lines.map((l) => indent + l).join("\n");
 }
 
 /** The region's group as the relay sees it: every live member and the links placed on it. */
@@ -93,7 +117,7 @@ export function formatGroup(status: RelayStatus): string {
   if (!group) return "";
   const header = ["MEMBER", "NAME", "JOINED", "LINKS PLACED"];
   const rows = group.members.map((m) => [m.id === group.member ? `${m.id} (this relay)` : m.id, m.name, m.startedAt, m.placed.join(",") || "-"]);
-  return `group bucket ${group.bucket}: ${group.members.length} member(s)\n${table(header, rows)}`;
+  return `group bucket ${group.bucket}: ${plural(group.members.length, "member")}\n${table(header, rows)}`;
 }
 
 function table(header: string[], rows: string[][]): string {

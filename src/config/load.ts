@@ -51,6 +51,26 @@ function yamlMessage(message: string): string {
   return first.replace(/ in YAML stream: .*$/, "").replace(/ at line \d+, column \d+$/, "");
 }
 
+/**
+ * For "end with a ]" / "end with a }" / "Missing closing quote" errors: the offset of the bracket or
+ * quote that was never closed, searching back from where the parser gave up; undefined otherwise.
+ */
+function openerOf(text: string, noticedAt: number, message: string): number | undefined {
+  const quote = /^Missing closing (["'])quote/.exec(message)?.[1];
+  if (quote !== undefined) {
+    const at = text.lastIndexOf(quote, noticedAt - 1);
+    return at >= 0 ? at : undefined;
+  }
+  const pair = /^Flow sequence/.test(message) ? ["[", "]"] : /^Flow map/.test(message) ? ["{", "}"] : undefined;
+  if (!pair) return undefined;
+  let depth = 0;
+  for (let i = Math.min(noticedAt, text.length) - 1; i >= 0; i--) {
+    if (text[i] === pair[1]) depth++;
+    else if (text[i] === pair[0] && depth-- === 0) return i;
+  }
+  return undefined;
+}
+
 /** YAML errors cascade; past the first few they are noise. */
 const MAX_YAML_ERRORS = 3;
 
@@ -65,8 +85,12 @@ export function parseConfigText(text: string, sourceName: string, env: Env = pro
     const lines = [
       ...new Set(
         doc.errors.map((e) => {
-          const { line, col } = lineCounter.linePos(e.pos[0]);
-          return `line ${line}, column ${col}: ${yamlMessage(e.message)}`;
+          const message = yamlMessage(e.message);
+          // An unclosed bracket or quote is noticed on a later line: name the line where it opened.
+          const opened = openerOf(text, e.pos[0], message);
+          const { line, col } = lineCounter.linePos(opened ?? e.pos[0]);
+          const noticed = opened === undefined ? undefined : lineCounter.linePos(e.pos[0]).line;
+          return `line ${line}, column ${col}: ${message}${noticed !== undefined && noticed !== line ? ` (opened here, noticed at line ${noticed})` : ""}`;
         }),
       ),
     ];

@@ -59,6 +59,8 @@ export interface LinkStatus {
   readonly inFlight: number;
   /** Corrections since the relay started, by kind. */
   readonly corrections: Readonly<Record<string, number>>;
+  /** Messages finished since the relay started, by outcome: relayed, duplicate, stale, loop, dead_lettered. */
+  readonly messages?: Readonly<Record<string, number>>;
   readonly backlog?: BacklogReading;
   readonly lastError?: { readonly code: string; readonly message: string; readonly at: string };
   readonly stateHistory: readonly { readonly state: LinkState; readonly at: string; readonly reason?: string }[];
@@ -220,6 +222,10 @@ export class Link {
 
   status(): LinkStatus {
     const c = this.deps.config;
+    // The latest of the link's own errors (source, lease) and the pipeline's (publish, guard, bad messages).
+    const own = this.lastError;
+    const piped = this.pipeline.lastError;
+    const lastError = own && piped ? (piped.at > own.at ? piped : own) : (own ?? piped);
     return {
       name: c.name,
       from: `${c.from.region}/${c.from.stream}`,
@@ -230,8 +236,9 @@ export class Link {
       guard: this.deps.guard.kind,
       inFlight: this.pipeline.size,
       corrections: { ...this.pipeline.corrections },
+      messages: { ...this.pipeline.outcomes },
       ...(this.backlog ? { backlog: this.backlog } : {}),
-      ...(this.lastError ? { lastError: this.lastError } : {}),
+      ...(lastError ? { lastError } : {}),
       stateHistory: [...this.state.history],
       gaps: [...this.gaps],
       ...(this.lastResync ? { lastResync: this.lastResync } : {}),

@@ -103,6 +103,9 @@ export class Pipeline {
   /** Per entity, the highest version this pipeline claimed and has not committed yet. */
   private readonly uncommittedVersions = new Map<string, number>();
   private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0 };
+  private readonly outcomeCounts: Record<MessageOutcome, number> = { relayed: 0, duplicate: 0, stale: 0, loop: 0, dead_lettered: 0 };
+  /** The last error the pipeline met (publish, guard, bad message): shown in /status next to the link's own. */
+  private lastErrorSeen: { readonly code: string; readonly message: string; readonly at: string } | undefined;
   private readonly nextToken = tokenSource();
   private commitInFlight = false;
   private guardBlockedUntil = 0;
@@ -300,7 +303,7 @@ export class Pipeline {
   private badMessage(msg: Delivery, id: string, reason: string): void {
     const policy = this.deps.link.badMessage;
     const err = new RelayError(ErrorCodes.BAD_MESSAGE, `link ${this.deps.link.name}: message ${id} (source seq ${msg.streamSequence}): ${reason}`);
-    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.recordError(err);
     const entry = newEntry(msg, { id, origin: this.deps.link.from.region, path: [] }, this.entryContext);
     if (policy.action === "halt") {
       entry.haltWith = err;
@@ -572,7 +575,7 @@ export class Pipeline {
       return;
     }
     const err = new RelayError(ErrorCodes.MESSAGE_TOO_LARGE, `link ${this.deps.link.name}: message ${entry.identity.id} (source seq ${entry.seq}): ${reason}`);
-    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.recordError(err);
     this.rejectMessage(entry, err, reason, true);
   }
 
@@ -602,7 +605,7 @@ export class Pipeline {
           ErrorCodes.DESTINATION_MISMATCH,
           `link ${this.deps.link.name}: subject ${entry.subject} is stored by stream ${ack.stream}, not the link's destination ${dest.stream} (message ${entry.identity.id}, source seq ${entry.seq}, now at ${ack.stream} seq ${ack.seq}); bind the subject to ${dest.stream} or change the link`,
         );
-        this.deps.metrics.errors.inc({ ...this.label, code: mismatch.code });
+        this.recordError(mismatch);
         this.halted = true;
         this.deps.events.halt(mismatch);
         return;
@@ -614,7 +617,7 @@ export class Pipeline {
     const index = this.entries.indexOf(entry, this.head);
     if (err.code === ErrorCodes.MESSAGE_TOO_LARGE && entry.data.length > 0) {
       // The stream's own limit was lower than the one read at start (changed since): as if known before.
-      this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+      this.recordError(err);
       if (entry.deadLetterReason !== undefined) toOversizedDeadLetter(entry, entry.subject, this.deps.link.name, `${entry.deadLetterReason}; ${err.message}`);
       else this.rejectMessage(entry, err, err.message, true);
       if (index >= 0) this.publishPos = Math.min(this.publishPos, index);
@@ -690,7 +693,7 @@ export class Pipeline {
     }
     this.publishPos = Math.min(this.publishPos, from);
     if (rolled === 0 && index > this.head && !force) return;
-    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.recordError(err);
     this.troubled = true;
     this.publishBlockedUntil = Date.now() + this.publishBackoff.next();
     this.scheduleAt(this.publishBlockedUntil);
@@ -802,7 +805,7 @@ export class Pipeline {
 
   private guardFailed(err: unknown): void {
     const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
-    this.deps.metrics.errors.inc({ ...this.label, code: relayErr.code });
+    this.recordError(relayErr);
     if (relayErr.code === ErrorCodes.LEASE_FENCED) {
       // Another relay owns the link under a newer epoch: nothing of this batch was claimed or
       // committed. What this relay holds stays unacked; the link drops it for the new owner.
@@ -845,6 +848,21 @@ export class Pipeline {
 
   private count(outcome: MessageOutcome): void {
     this.counters.messages[outcome].inc();
+    this.outcomeCounts[outcome]++;
+  }
+
+  /** Messages finished since the relay started, by outcome (also in `relay_messages_total`): shown in /status. */
+  get outcomes(): Readonly<Record<MessageOutcome, number>> {
+    return this.outcomeCounts;
+  }
+
+  get lastError(): { readonly code: string; readonly message: string; readonly at: string } | undefined {
+    return this.lastErrorSeen;
+  }
+
+  private recordError(err: RelayError): void {
+    this.deps.metrics.errors.inc({ ...this.label, code: err.code });
+    this.lastErrorSeen = { code: err.code, message: err.message, at: new Date().toISOString() };
   }
 
   /** Decision logs are per message: their fields are only built when debug is on. */

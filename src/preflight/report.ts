@@ -10,6 +10,7 @@
  */
 import type { CheckResult, Level } from "./checks.js";
 import type { PreflightReport } from "./preflight.js";
+import { plural } from "../cli/args.js";
 
 const HEADER = ["CHECK", "RESULT", "DETAIL"] as const;
 
@@ -47,7 +48,7 @@ export function formatReport(report: PreflightReport): string {
   const skipped = c.skipped > 0 ? `, ${c.skipped} skipped` : "";
   out.push(
     "",
-    `live check: ${report.links.length} link(s), ${c.error} error(s), ${c.warning} warning(s)${skipped}`,
+    `live check: ${plural(report.links.length, "link")}, ${plural(c.error, "error")}, ${plural(c.warning, "warning")}${skipped}`,
   );
   return out.join("\n");
 }

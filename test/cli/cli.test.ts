@@ -43,10 +43,21 @@ test("usage errors exit 2; --help exits 0 for every command", async () => {
   const noRegion = await cli(["run", "--config", "x.yaml"]);
   assert.equal(noRegion.code, 2);
   assert.match(noRegion.err, /--region is required/);
-  for (const c of ["run", "check", "status", "demo"]) {
+  for (const c of ["run", "check", "status", "verify", "health", "demo"]) {
     const r = await cli([c, "--help"]);
     assert.equal(r.code, 0, `${c} --help`);
     assert.match(r.out, new RegExp(`jetstream-relay ${c}`));
+    assert.match(r.out, /^ {2}-h, --help/m, `${c} --help lists -h`);
+  }
+  // The short flags the docs use are listed next to their long form.
+  const run = await cli(["run", "--help"]);
+  assert.match(run.out, /^ {2}-c, --config VALUE/m);
+  assert.match(run.out, /^ {2}-r, --region VALUE/m);
+  const { version } = JSON.parse(readFileSync(join(REPO_ROOT, "package.json"), "utf8")) as { version: string };
+  for (const flag of ["--version", "-V"]) {
+    const v = await cli([flag]);
+    assert.equal(v.code, 0);
+    assert.equal(v.out.trim(), `jetstream-relay ${version}`);
   }
 });
 
@@ -63,9 +74,9 @@ links:
 `);
   const r = await cli(["check", "--config", path]);
   assert.equal(r.code, 0, r.err);
-  assert.match(r.out, /region a: .* runs 1 link/);
+  assert.match(r.out, /region a: .* runs 1 link$/m);
   assert.match(r.out, /region b: .* runs 2 link/);
-  assert.match(r.out, /region c: .* runs 0 link/);
+  assert.match(r.out, /region c: .* runs 0 links$/m);
   assert.match(r.out, /c-to-b: c\/S filter x\.> -> b\/S/);
 });
 

@@ -181,6 +181,12 @@ test("bad version headers go to the dead-letter subject with the reason; halt st
   assert.equal(parked[0]?.headers["Relay-Dead-Letter-Link"], "a-to-b");
   assert.deepEqual((await readStream(ncb, dst)).map((m) => m.headers["Nats-Msg-Id"]), ["good-1"]);
   await check(async () => (await metricValue(relay, "relay_messages_total", { outcome: "dead_lettered" })) === 2, { name: "2 dead-lettered" });
+  // /status (and `jetstream-relay status`) say so: counts by outcome and the last error, with the message id.
+  const status = relay.status().links[0];
+  assert.equal(status?.messages?.["dead_lettered"], 2);
+  assert.equal(status?.messages?.["relayed"], 1);
+  assert.equal(status?.lastError?.code, "BAD_MESSAGE");
+  assert.match(status?.lastError?.message ?? "", /bad-2.*missing version/);
   await relay.stop();
 
   await createCursorFromStart(nca, src, "strict");

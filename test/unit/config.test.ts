@@ -133,7 +133,7 @@ void describe("valid configs", () => {
     });
 
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9999, protectMetrics: false });
-    assert.deepEqual(c.log, { level: "debug" });
+    assert.deepEqual(c.log, { level: "debug", progressIntervalMs: 5_000 });
     assert.equal(c.shutdownGraceMs, 10_000);
     assert.deepEqual(c.group, { bucket: "eu_relays", leaseMs: 8_000, renewMs: 2_000 });
   });
@@ -167,7 +167,7 @@ void describe("valid configs", () => {
       },
     ]);
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
-    assert.deepEqual(c.log, { level: "info" });
+    assert.deepEqual(c.log, { level: "info", progressIntervalMs: 10_000 });
     assert.equal(c.shutdownGraceMs, 30_000);
     assert.deepEqual(c.group, { bucket: "relay_leases", leaseMs: 5_000, renewMs: 1_000 });
   });
@@ -374,7 +374,7 @@ links:
       parse('a: 1\nb: [1, 2\nc: "literal-secret-5e1"\nd: { e: "literal-secret-5e1" }\n'),
     );
     assert.ok(!err.message.includes("literal-secret-5e1"), err.message);
-    assert.match(err.problems[0] ?? "", /^line 3, column 1: /);
+    assert.match(err.problems[0] ?? "", /^line 2, column 4: .*noticed at line 3\)$/);
     assert.ok(err.problems.length <= 4);
   });
 

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { formatGroup, formatTable } from "../../src/cli/status-command.js";
+import { formatErrors, formatGroup, formatTable } from "../../src/cli/status-command.js";
 import type { RelayStatus } from "../../src/relay.js";
 
 const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
@@ -38,7 +38,28 @@ test("status shows each link's owner and epoch, and the group's members with the
   assert.match(table[1] ?? "", /^l1 .*this relay\s+42/);
   assert.match(table[2] ?? "", /^l2 .*m2\s+-/);
   const group = formatGroup(status).split("\n");
-  assert.equal(group[0], "group bucket relay_leases: 2 member(s)");
+  assert.equal(group[0], "group bucket relay_leases: 2 members");
   assert.match(group[2] ?? "", /^m1 \(this relay\)\s+host-1\s+\S+\s+l1$/);
   assert.match(group[3] ?? "", /^m2\s+host-2\s+\S+\s+l2$/);
+});
+
+test("status shows relayed and dead-lettered counts, and the last error in full, wrapped, below the table", () => {
+  const message =
+    "link a-to-b: message m-17 (source seq 17): header Entity-Version is missing; the link's guard.versions needs an entity and a version on every message";
+  const s: RelayStatus = {
+    region: "b",
+    startedAt: "2026-12-01T00:00:00.000Z",
+    links: [{ ...link("l1", true, "m1", 1), messages: { relayed: 1_000, dead_lettered: 5 }, lastError: { code: "BAD_MESSAGE", message, at: "2026-12-01T00:00:02.000Z" } }],
+  };
+  const [header, row] = formatTable(s).split("\n");
+  const col = (name: string) => (row ?? "").slice((header ?? "").indexOf(name)).split(/\s{2,}/)[0];
+  assert.equal(col("RELAYED"), "1000");
+  assert.equal(col("DEAD-LETTERED"), "5");
+  assert.equal(col("LAST ERROR"), "BAD_MESSAGE at 2026-12-01T00:00:02.000Z");
+  const errors = formatErrors(s, 60).split("\n");
+  assert.equal(errors[0], "last errors:");
+  assert.equal(errors[1], "l1: BAD_MESSAGE at 2026-12-01T00:00:02.000Z");
+  assert.ok(errors.slice(2).every((l) => l.startsWith("  ") && l.length <= 60), errors.join("\n"));
+  assert.equal(errors.slice(2).map((l) => l.trim()).join(" "), message, "nothing cut");
+  assert.equal(formatErrors({ ...s, links: [link("l1", true, "m1")] }), "");
 });
