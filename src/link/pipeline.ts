@@ -116,6 +116,8 @@ export class Pipeline {
   private halted = false;
   private drainWaiters: (() => void)[] = [];
   private readonly ledger = new DestinationLedger();
+  /** The highest source sequence counted as a loop: a loop at or below it is a redelivery. */
+  private highestLoopCounted = 0;
   private heldBytes = 0;
   /** Finished while the lease was not valid: acked once it is (or dropped by abandon()). */
   private fenced: { entry: Entry; outcome: MessageOutcome }[] = [];
@@ -165,7 +167,10 @@ export class Pipeline {
   /** The source stream's creation time (ms), read by the link before it consumes. */
   setIncarnation(createdMs: number | undefined): void {
     // A recreated stream restarts at seq 1: what this pipeline remembers by sequence is about the old one.
-    if (createdMs !== this.incarnation) this.ledger.reset();
+    if (createdMs !== this.incarnation) {
+      this.ledger.reset();
+      this.highestLoopCounted = 0;
+    }
     this.incarnation = createdMs;
   }
 
@@ -218,8 +223,13 @@ export class Pipeline {
       if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       if (!this.deps.owns()) return; // fenced: the next owner acks it
       this.deps.acks.ack(msg.reply);
-      // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted again.
-      if (msg.deliveryCount <= 1) this.count("loop");
+      // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted
+      // again — whatever its delivery count says (a source server restarted from disk can have lost the
+      // acks and deliver them again as first deliveries). The consumer delivers in stream order.
+      if (seq > this.highestLoopCounted) {
+        this.highestLoopCounted = seq;
+        this.count("loop");
+      }
       return;
     }
     const entry = newEntry(msg, result.identity, this.entryContext);

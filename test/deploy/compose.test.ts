@@ -201,6 +201,16 @@ test("docker-compose.yml is valid against the compose-spec JSON schema", () => {
   assert.equal(validate(broken), false);
 });
 
+test("every pulled image names a version: no `latest`, no bare name (a rebuild months later runs what was tested)", () => {
+  const unpinned = Object.entries(compose().services).flatMap(([name, svc]) => {
+    const image = svc.image;
+    if (image === undefined || svc.build !== undefined) return [];
+    const tag = /^[^@]+:([^:/@]+)$/.exec(image)?.[1];
+    return tag === undefined || tag === "latest" ? [`${name}: ${image}`] : [];
+  });
+  assert.deepEqual(unpinned, []);
+});
+
 test("every variable has a default, so `docker compose up` needs no .env", () => {
   const text = rawText().replace(/^\s*#.*$/gm, "");
   const refs = [...text.matchAll(/\$\{([^}]*)\}/g)].map((m) => m[1] ?? "");

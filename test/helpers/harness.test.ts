@@ -192,3 +192,13 @@ void test("cleanup kills every process (paused ones too) and removes temp dirs",
   );
   assert.equal(existsSync(nats.storeDir), false);
 });
+
+test("config files the tests write are removed when the test process exits", async () => {
+  const { execFileSync } = await import("node:child_process");
+  const helper = new URL("./relays.ts", import.meta.url).pathname;
+  const script = `import { writeConfig } from ${JSON.stringify(helper)}; const p = await writeConfig("regions: {}\\n"); console.log(p);`;
+  const out = execFileSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { encoding: "utf8" });
+  const path = out.trim().split("\n").at(-1) ?? "";
+  assert.match(path, /relay-cfg-.*\/relay\.yaml$/);
+  assert.equal(existsSync(path), false, `${path} is gone`);
+});

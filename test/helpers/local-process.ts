@@ -246,7 +246,9 @@ export async function freePort(): Promise<number> {
  * non-root user's PATH, so the sbin dirs are tried as a fallback.
  */
 export function findBinary(bin: string): string | undefined {
-  const dirs = [...(process.env.PATH ?? "").split(delimiter), "/usr/local/sbin", "/usr/sbin", "/sbin"];
+  // .tools/prometheus: where scripts/setup.sh unpacks Debian's prometheus package (promtool, prometheus).
+  const tools = join(new URL("../..", import.meta.url).pathname, ".tools/prometheus/usr/bin");
+  const dirs = [...(process.env.PATH ?? "").split(delimiter), "/usr/local/sbin", "/usr/sbin", "/sbin", tools];
   for (const dir of dirs.filter(Boolean)) {
     const full = join(dir, bin);
     try {

@@ -12,7 +12,7 @@ import { check } from "./check.js";
 import { findBinary, freePort, LocalProcess, trackTempDir, untrackTempDir } from "./local-process.js";
 
 export const PROMETHEUS_MISSING =
-  "prometheus not found on PATH: install Debian's prometheus package (apt-get install -y prometheus)";
+  "prometheus not found on PATH nor in .tools/prometheus: run SETUP_PROMTOOL=1 bash scripts/setup.sh (it unpacks Debian's prometheus package there)";
 
 export interface PrometheusOptions {
   /** `host:port` of every target of the `jetstream-relay` job (a relay's http URL works too). */

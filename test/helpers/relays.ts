@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
+import { rmSync } from "node:fs";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -80,8 +81,19 @@ export async function metricValue(relay: Relay, name: string, labels: Record<str
   return sum;
 }
 
+/** Config directories this test process wrote: removed when it exits (whether its tests passed or not). */
+const configDirs = new Set<string>();
+let cleanupInstalled = false;
+
 export async function writeConfig(yamlText: string): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), "relay-cfg-"));
+  configDirs.add(dir);
+  if (!cleanupInstalled) {
+    cleanupInstalled = true;
+    process.once("exit", () => {
+      for (const d of configDirs) rmSync(d, { recursive: true, force: true });
+    });
+  }
   const path = join(dir, "relay.yaml");
   await writeFile(path, yamlText);
   return path;
