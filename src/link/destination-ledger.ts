@@ -23,6 +23,9 @@ export class DestinationLedger {
   private lastDest = 0;
   /** Source seq → destination seq (0 when it was not stored: a loop, a stale version, a guard duplicate). */
   private readonly finished = new Map<number, number>();
+  /** The finished sequences in the order they were added: a ring of FINISHED_KEPT slots (0 = empty). */
+  private readonly finishedOrder = new Float64Array(FINISHED_KEPT);
+  private finishedNext = 0;
   private maxSource = 0;
   private maxSourceDest = 0;
   private known = new Map<number, number>();
@@ -74,11 +77,15 @@ export class DestinationLedger {
    * stream leader failover) delivers it again, maybe later than the destination's duplicate window.
    */
   done(sourceSeq: number, destSeq: number): void {
-    this.finished.set(sourceSeq, destSeq);
-    if (this.finished.size > FINISHED_KEPT) {
-      const oldest = this.finished.keys().next();
-      if (!oldest.done) this.finished.delete(oldest.value);
+    if (!this.finished.has(sourceSeq)) {
+      // Evict by ring position, not by `keys().next()`: a Map's iterator walks over the holes its
+      // deletions leave at the front, which made each call O(holes) on the hot path.
+      const evicted = this.finishedOrder[this.finishedNext];
+      if (evicted !== undefined && evicted !== 0) this.finished.delete(evicted);
+      this.finishedOrder[this.finishedNext] = sourceSeq;
+      this.finishedNext = (this.finishedNext + 1) % FINISHED_KEPT;
     }
+    this.finished.set(sourceSeq, destSeq);
   }
 
   /** The outcome of a source sequence this pipeline already finished: its destination seq, 0 if not stored, undefined if unknown. */
@@ -91,6 +98,8 @@ export class DestinationLedger {
     this.maxSource = 0;
     this.maxSourceDest = 0;
     this.finished.clear();
+    this.finishedOrder.fill(0);
+    this.finishedNext = 0;
     this.known.clear();
     this.knownUpTo = 0;
   }

@@ -18,12 +18,16 @@ export interface ReadOptions {
   readonly filterSubject?: string;
   /** Start at the first message stored at or after this time (ms since the epoch). */
   readonly startMs?: number;
+  /** Start at this sequence (from `startSeqOf`, already computed): `startMs` is then not looked up again. */
+  readonly startSeq?: number;
   /** Messages per pull (default 4096: headers only, so a batch is small). */
   readonly batch?: number;
   /** Fail when no message arrives for this long while some are still pending (default 30 s). */
   readonly idleTimeoutMs?: number;
   /** The stream's info when the caller has read it already (readStreamInfo): its state is the snapshot the read stops at. */
   readonly info?: StreamInfo;
+  /** Told once, before the first message, how many messages the read will deliver (the consumer's pending count). */
+  readonly onTotal?: (total: number) => void;
 }
 
 export interface ReadResult {
@@ -44,12 +48,22 @@ const QUIET_END_MS = 1_000;
  * waited for) or, under a subject filter, when nothing matching it is pending. The ordered consumer survives
  * reconnects and leader changes by re-creating itself at the next sequence.
  */
-export async function readStream(side: StreamSide, opts: ReadOptions, onMessage: (m: JsMsg) => void): Promise<ReadResult> {
+export async function readStream(
+  side: StreamSide,
+  opts: ReadOptions,
+  onMessage: (m: JsMsg) => void,
+): Promise<ReadResult> {
   const where = `${side.region}/${side.stream}`;
   const jsm = await managerOf(side);
   const state = (opts.info ?? (await infoOf(jsm, side))).state;
-  const startSeq = Math.max(state.first_seq, opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs));
-  if (state.messages === 0 || startSeq > state.last_seq) return { state, startSeq, delivered: 0 };
+  const startSeq = Math.max(
+    state.first_seq,
+    opts.startSeq ?? (opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs)),
+  );
+  if (state.messages === 0 || startSeq > state.last_seq) {
+    opts.onTotal?.(0);
+    return { state, startSeq, delivered: 0 };
+  }
 
   const js = jetstream(side.nc, side.domain ? { domain: side.domain } : {});
   let consumer;
@@ -64,7 +78,9 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
   } catch (err) {
     throw classifyJsError(err, `stream ${where}`);
   }
-  if ((await consumer.info(true)).num_pending === 0) {
+  const pending = (await consumer.info(true)).num_pending;
+  opts.onTotal?.(pending);
+  if (pending === 0) {
     await consumer.delete().catch(() => undefined);
     return { state, startSeq, delivered: 0 };
   }
@@ -76,11 +92,19 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
   const once = settleOnce(() => messages?.stop());
   const { settle, finished } = once;
   const idleMs = opts.idleTimeoutMs ?? 30_000;
-  const idle = setInterval(() => {
-    if (Date.now() - lastProgress > idleMs) {
-      settle(new RelayError(ErrorCodes.JETSTREAM_API, `stream ${where}: no message for ${idleMs} ms after ${delivered} read`));
-    }
-  }, Math.min(1_000, idleMs));
+  const idle = setInterval(
+    () => {
+      if (Date.now() - lastProgress > idleMs) {
+        settle(
+          new RelayError(
+            ErrorCodes.JETSTREAM_API,
+            `stream ${where}: no message for ${idleMs} ms after ${delivered} read`,
+          ),
+        );
+      }
+    },
+    Math.min(1_000, idleMs),
+  );
   try {
     messages = await consumer.consume({
       max_messages: opts.batch ?? 4_096,
@@ -116,13 +140,44 @@ export async function readStream(side: StreamSide, opts: ReadOptions, onMessage:
   return { state, startSeq, delivered };
 }
 
+/**
+ * The sequence a read from `startMs` starts at (the stream's first sequence without it), as readStream
+ * computes it: known before the read, e.g. to tell copies of older source messages from the rest.
+ */
+export async function startSeqOf(
+  side: StreamSide,
+  info: StreamInfo,
+  startMs: number | undefined,
+): Promise<number> {
+  if (startMs === undefined) return info.state.first_seq;
+  return Math.max(info.state.first_seq, await seqAtTime(await managerOf(side), side.stream, startMs));
+}
+
+/**
+ * The names of the streams of the side's region whose subjects overlap `subject` (at most one, unless
+ * the server allows overlapping streams).
+ */
+export async function streamsCapturing(side: Omit<StreamSide, "stream">, subject: string): Promise<string[]> {
+  const jsm = await managerOf(side);
+  const names: string[] = [];
+  try {
+    for await (const n of jsm.streams.names(subject)) names.push(n);
+  } catch (err) {
+    throw classifyJsError(err, `streams of ${side.region} capturing ${subject}`);
+  }
+  return names;
+}
+
 /** The stream's info (one request); rejects as readStream does when the stream is not there. */
 export async function readStreamInfo(side: StreamSide): Promise<StreamInfo> {
   return infoOf(await managerOf(side), side);
 }
 
-function managerOf(side: StreamSide): Promise<JetStreamManager> {
-  return jetstreamManager(side.nc, side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false });
+function managerOf(side: Pick<StreamSide, "nc" | "domain">): Promise<JetStreamManager> {
+  return jetstreamManager(
+    side.nc,
+    side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false },
+  );
 }
 
 async function infoOf(jsm: JetStreamManager, side: StreamSide): Promise<StreamInfo> {
@@ -133,10 +188,15 @@ async function infoOf(jsm: JetStreamManager, side: StreamSide): Promise<StreamIn
   }
 }
 
-async function watch(messages: ConsumerMessages, where: string, settle: (err?: unknown) => void): Promise<void> {
+async function watch(
+  messages: ConsumerMessages,
+  where: string,
+  settle: (err?: unknown) => void,
+): Promise<void> {
   try {
     for await (const s of messages.status()) {
-      if (s.type === "stream_not_found") settle(new RelayError(ErrorCodes.STREAM_NOT_FOUND, `stream ${where}: deleted while being read`));
+      if (s.type === "stream_not_found")
+        settle(new RelayError(ErrorCodes.STREAM_NOT_FOUND, `stream ${where}: deleted while being read`));
     }
   } catch (err) {
     settle(err);

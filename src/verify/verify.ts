@@ -1,13 +1,17 @@
 import { pino } from "pino";
 import type { Logger } from "pino";
 import type { LinkConfig, RelayConfig } from "../config/types.js";
-import { ErrorCodes, RelayError } from "../errors.js";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { connectRegion } from "../nats/connect.js";
+import { Progress } from "../observability/progress.js";
+import type { ProgressStream } from "../observability/progress.js";
 import type { VerifyReport } from "./report.js";
 import { incarnationOf } from "./derived-ids.js";
-import { readStream, readStreamInfo } from "./stream-reader.js";
-import type { StreamSide } from "./stream-reader.js";
+import { readStream, readStreamInfo, startSeqOf, streamsCapturing } from "./stream-reader.js";
+import type { ReadOptions, ReadResult, StreamSide } from "./stream-reader.js";
+import type { JsMsg } from "@nats-io/jetstream";
 import { Verifier } from "./verifier.js";
+import type { DeadLetterSource } from "./verifier.js";
 
 export { sourceSubject } from "./verifier.js";
 
@@ -26,6 +30,11 @@ export interface VerifyOptions {
   readonly connectTimeoutMs?: number;
   /** Passed to the stream reader: fail when a read makes no progress for this long (default 30 s). */
   readonly idleTimeoutMs?: number;
+  /**
+   * Where to draw a progress line per phase (dead letters, destination, source): done/total, rate, ETA.
+   * Nothing is drawn unless it is a TTY; absent: no progress at all (the CLI leaves it out for `--json`).
+   */
+  readonly progress?: ProgressStream;
 }
 
 /** The link named `name`, or a USAGE error listing the links there are. */
@@ -37,7 +46,11 @@ export function findLink(config: RelayConfig, name: string): LinkConfig {
 }
 
 /** Connects to both regions of the link (auth, TLS and domain from the config), verifies, disconnects. */
-export async function verifyLink(config: RelayConfig, linkName: string, opts: VerifyOptions = {}): Promise<VerifyReport> {
+export async function verifyLink(
+  config: RelayConfig,
+  linkName: string,
+  opts: VerifyOptions = {},
+): Promise<VerifyReport> {
   const link = findLink(config, linkName);
   const from = config.regions.get(link.from.region);
   const to = config.regions.get(link.to.region);
@@ -51,10 +64,25 @@ export async function verifyLink(config: RelayConfig, linkName: string, opts: Ve
   try {
     if (source.status === "rejected") throw source.reason;
     if (dest.status === "rejected") throw dest.reason;
-    return await verifySides(link, config.links, {
-      source: { nc: source.value, region: from.name, stream: link.from.stream, ...(from.domain ? { domain: from.domain } : {}) },
-      dest: { nc: dest.value, region: to.name, stream: link.to.stream, ...(to.domain ? { domain: to.domain } : {}) },
-    }, opts);
+    return await verifySides(
+      link,
+      config.links,
+      {
+        source: {
+          nc: source.value,
+          region: from.name,
+          stream: link.from.stream,
+          ...(from.domain ? { domain: from.domain } : {}),
+        },
+        dest: {
+          nc: dest.value,
+          region: to.name,
+          stream: link.to.stream,
+          ...(to.domain ? { domain: to.domain } : {}),
+        },
+      },
+      opts,
+    );
   } finally {
     await Promise.all([source, dest].map((s) => (s.status === "fulfilled" ? s.value.close() : undefined)));
   }
@@ -62,7 +90,8 @@ export async function verifyLink(config: RelayConfig, linkName: string, opts: Ve
 
 /**
  * The check itself over two open connections: the source's stream info (its incarnation, which
- * destination ids are read under), the destination (ids, counts, versions), then the source.
+ * destination ids are read under, and where the examined range starts), the dead-letter stream, the
+ * destination (ids, counts, versions, order), then the source (each message classified).
  */
 export async function verifySides(
   link: LinkConfig,
@@ -73,22 +102,105 @@ export async function verifySides(
   const started = Date.now();
   // Read once: its creation time is needed before the destination, and its state ends the source read.
   const sourceInfo = await readStreamInfo(sides.source);
-  const v = new Verifier(link, links, opts, incarnationOf(sourceInfo));
   const sinceMs = opts.since?.getTime();
-  const destRead = await readStream(
-    sides.dest,
-    { ...(sinceMs === undefined ? {} : { startMs: sinceMs - (opts.clockSlackMs ?? 60_000) }), ...(opts.idleTimeoutMs ? { idleTimeoutMs: opts.idleTimeoutMs } : {}) },
-    (m) => v.onDest(m),
+  const sourceStartSeq = await startSeqOf(sides.source, sourceInfo, sinceMs);
+  const presenceFromMs = sinceMs === undefined ? undefined : sinceMs - (opts.clockSlackMs ?? 60_000);
+  const idle = opts.idleTimeoutMs ? { idleTimeoutMs: opts.idleTimeoutMs } : {};
+  const deadLetter = await findDeadLetter(link, sides.dest);
+  const v = new Verifier(link, links, opts, {
+    incarnation: incarnationOf(sourceInfo),
+    sourceStartSeq,
+    presenceFromMs,
+    deadLetter: deadLetter.source,
+  });
+  const phase = (what: string, side: StreamSide, read: ReadOptions, onMessage: (m: JsMsg) => void) =>
+    withProgress(opts, `verify ${link.name}: ${what} ${side.region}/${side.stream}`, side, read, onMessage);
+
+  if (deadLetter.side) {
+    try {
+      await phase(
+        "dead letters",
+        deadLetter.side,
+        { filterSubject: deadLetter.source.subject, startMs: presenceFromMs, ...idle },
+        (m) => v.onDeadLetter(m),
+      );
+    } catch (err) {
+      // Records read before the failure still count; the rest cannot be confirmed.
+      v.deadLetterUnreadable(toRelayError(err).message);
+    }
+  }
+  // With guard.versions the destination is read from its start even with --since: the versions the guard
+  // held before the window decide what is superseded (earlier messages only feed those).
+  const destFromMs = link.guard?.versions ? undefined : presenceFromMs;
+  const destRead = await phase("destination", sides.dest, { startMs: destFromMs, ...idle }, (m) =>
+    v.onDest(m),
   );
-  const sourceRead = await readStream(
+  const sourceRead = await phase(
+    "source",
     sides.source,
     {
       info: sourceInfo,
+      startSeq: sourceStartSeq,
       ...(link.from.filterSubject ? { filterSubject: link.from.filterSubject } : {}),
-      ...(sinceMs === undefined ? {} : { startMs: sinceMs }),
-      ...(opts.idleTimeoutMs ? { idleTimeoutMs: opts.idleTimeoutMs } : {}),
+      ...idle,
     },
     (m) => v.onSource(m),
   );
   return v.report(sourceRead, destRead, Date.now() - started);
+}
+
+/** One read, with a progress line (total: the read's pending count) when `opts.progress` is set. */
+async function withProgress(
+  opts: VerifyOptions,
+  label: string,
+  side: StreamSide,
+  read: ReadOptions,
+  onMessage: (m: JsMsg) => void,
+): Promise<ReadResult> {
+  if (!opts.progress) return readStream(side, read, onMessage);
+  const progress = new Progress({ label, stream: opts.progress });
+  let total: number | undefined;
+  let done = 0;
+  try {
+    return await readStream(
+      side,
+      {
+        ...read,
+        onTotal: (n) => {
+          total = n;
+          progress.update(done, total);
+        },
+      },
+      (m) => {
+        onMessage(m);
+        progress.update(++done, total);
+      },
+    );
+  } finally {
+    progress.finish();
+  }
+}
+
+/**
+ * Where the link's dead-letter records are: the stream of the destination region capturing the
+ * dead-letter subject. `side` is set when it is to be read on its own (not when it is the
+ * destination stream itself, whose read picks them up).
+ */
+async function findDeadLetter(
+  link: LinkConfig,
+  dest: StreamSide,
+): Promise<{ readonly source: DeadLetterSource; readonly side?: StreamSide }> {
+  const policy = link.badMessage;
+  if (policy.action === "halt") return { source: { status: "halt" } };
+  const subject = policy.subject;
+  let names: string[];
+  try {
+    names = await streamsCapturing(dest, subject);
+  } catch (err) {
+    return { source: { status: "unreadable", subject, detail: toRelayError(err).message } };
+  }
+  const stream = names[0];
+  if (stream === undefined) return { source: { status: "no-stream", subject } };
+  const source: DeadLetterSource = { status: "read", subject, stream };
+  return stream === dest.stream ? { source } : { source, side: { ...dest, stream } };
 }

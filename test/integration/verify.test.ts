@@ -29,17 +29,31 @@ before(async () => {
 const VERSIONS = `    guard: { memory: true, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
 
 /** A source and a destination stream (fresh names) and a config whose link `a-to-b` joins them. */
-async function setup(t: { after(fn: () => unknown): void }, opts: { dupWindowMs?: number; versions?: boolean } = {}) {
+async function setup(
+  t: { after(fn: () => unknown): void },
+  opts: { dupWindowMs?: number; versions?: boolean } = {},
+) {
   const src = uniqueName("SRC");
   const dst = uniqueName("DST");
   const nca = await connectTo(t, a.url);
   const ncb = await connectTo(t, b.url);
   await createStream(nca, { name: src, subjects: [`${src}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${src}.>`], ...(opts.dupWindowMs ? { duplicateWindowMs: opts.dupWindowMs } : {}) });
+  await createStream(ncb, {
+    name: dst,
+    subjects: [`${src}.>`],
+    ...(opts.dupWindowMs ? { duplicateWindowMs: opts.dupWindowMs } : {}),
+  });
   const yaml = linkYaml({
     regions: { a: [a.url], b: [b.url] },
     links: [
-      { name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, ...(opts.versions ? { extra: VERSIONS } : {}) },
+      {
+        name: "a-to-b",
+        from: "a",
+        fromStream: src,
+        to: "b",
+        toStream: dst,
+        ...(opts.versions ? { extra: VERSIONS } : {}),
+      },
       { name: "b-to-a", from: "b", fromStream: dst, to: "a", toStream: src },
     ],
   });
@@ -50,7 +64,13 @@ type Headers = Record<string, string>;
 
 /** What the relay stamps on the copy of source message `seq` (1-based) with id `id`. */
 function relayed(src: string, id: string, seq: number, extra: Headers = {}): Headers {
-  return { "Nats-Msg-Id": id, "Relay-Origin": "a", "Relay-Path": "a", "Relay-Source": `a ${src} ${seq}`, ...extra };
+  return {
+    "Nats-Msg-Id": id,
+    "Relay-Origin": "a",
+    "Relay-Path": "a",
+    "Relay-Source": `a ${src} ${seq}`,
+    ...extra,
+  };
 }
 
 async function publishAll(nc: NatsConnection, subject: string, list: readonly Headers[]): Promise<void> {
@@ -59,7 +79,9 @@ async function publishAll(nc: NatsConnection, subject: string, list: readonly He
 }
 
 /** verifyCommand as the CLI runs it, with stdout captured; `--json` output is parsed. */
-async function verify(args: readonly string[]): Promise<{ code: number; out: string; report: VerifyReport | undefined }> {
+async function verify(
+  args: readonly string[],
+): Promise<{ code: number; out: string; report: VerifyReport | undefined }> {
   const lines: string[] = [];
   const original = console.log;
   console.log = (...parts: unknown[]) => void lines.push(parts.map(String).join(" "));
@@ -79,7 +101,11 @@ test("since, subject inversion and the hashed id table, without servers", () => 
   assert.equal(parseSince("1h30m", now).toISOString(), "2026-11-30T10:30:00.000Z");
   assert.equal(parseSince("2026-11-30T09:00:00.123456789+01:00").toISOString(), "2026-11-30T08:00:00.123Z");
   for (const bad of ["yesterday", "30", "2026-11-30", ""]) {
-    assert.throws(() => parseSince(bad), (err) => isRelayError(err, "USAGE"), bad);
+    assert.throws(
+      () => parseSince(bad),
+      (err) => isRelayError(err, "USAGE"),
+      bad,
+    );
   }
   const config = parseConfigText(
     `regions: { a: { servers: ["nats://x:1"] }, b: { servers: ["nats://x:2"] } }
@@ -100,7 +126,10 @@ links:
 
 test("a real relay's output agrees (exit 0); a message deleted from the destination is missing (exit 1)", async (t) => {
   const { src, dst, nca, ncb, yaml, config } = await setup(t);
-  await publishMany(nca, 300, (i) => ({ subject: `${src}.o.${i % 3}`, headers: { "Nats-Msg-Id": `order-${i}` } }));
+  await publishMany(nca, 300, (i) => ({
+    subject: `${src}.o.${i % 3}`,
+    headers: { "Nats-Msg-Id": `order-${i}` },
+  }));
   await startRelay(t, yaml, "b");
   await check(async () => (await streamCount(ncb, dst)) === 300, { name: "300 relayed", timeoutMs: 30_000 });
 
@@ -108,7 +137,12 @@ test("a real relay's output agrees (exit 0); a message deleted from the destinat
   assert.equal(ok.code, 0, ok.out);
   assert.equal(ok.report?.agree, true);
   assert.deepEqual(
-    [ok.report?.source.examined, ok.report?.source.forwardable, ok.report?.destination.fromLink, ok.report?.destination.lastRelayedSourceSeq],
+    [
+      ok.report?.source.examined,
+      ok.report?.source.forwardable,
+      ok.report?.destination.fromLink,
+      ok.report?.destination.lastRelayedSourceSeq,
+    ],
     [300, 300, 300, 300],
   );
   assert.equal(ok.report?.backwards, undefined, "no guard.versions on this link");
@@ -126,7 +160,10 @@ test("in-flight, loop and other-link messages are not differences; the text repo
   const { src, nca, ncb, config } = await setup(t);
   // Source: 10 own messages, and 2 that came from region b (b-to-a would not send them back).
   await publishMany(nca, 10, (i) => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": `m-${i}` } }));
-  await publishAll(nca, `${src}.x`, [{ "Nats-Msg-Id": "from-b-1", "Relay-Origin": "b" }, { "Nats-Msg-Id": "from-b-2", "Relay-Origin": "b" }]);
+  await publishAll(nca, `${src}.x`, [
+    { "Nats-Msg-Id": "from-b-1", "Relay-Origin": "b" },
+    { "Nats-Msg-Id": "from-b-2", "Relay-Origin": "b" },
+  ]);
   // Destination: the first 7 relayed, plus local traffic (local ids are not this link's business).
   await publishAll(ncb, `${src}.x`, [
     ...Array.from({ length: 7 }, (_, i) => relayed(src, `m-${i}`, i + 1)),
@@ -135,10 +172,17 @@ test("in-flight, loop and other-link messages are not differences; the text repo
   ]);
   const r = await verify(["--config", config, "--link", "a-to-b"]);
   assert.equal(r.code, 0, r.out);
-  assert.match(r.out, /source a\/SRC_\w+: 12 examined \(stream first seq 1, last seq 12;/);
+  // First seq 1: nothing was removed by retention, and the summary does not say so.
+  assert.match(r.out, /source a\/SRC_\w+: 12 examined \(stream first seq 1, last seq 12\)\n/);
   assert.match(r.out, /10 forwarded by this link, 2 not forwarded/);
-  assert.match(r.out, /destination b\/DST_\w+: 9 examined, 7 relayed over this link, last Relay-Source seq 7/);
-  assert.match(r.out, /not yet relayed \(newer than the destination's last Relay-Source seq 7\): 3 \(from source seq 8\)\n {2}m-7\n {2}m-8\n {2}m-9\n/);
+  assert.match(
+    r.out,
+    /destination b\/DST_\w+: 9 examined, 7 relayed over this link, last Relay-Source seq 7/,
+  );
+  assert.match(
+    r.out,
+    /not yet relayed \(newer than the destination's last Relay-Source seq 7\): 3 \(from source seq 8\)\n {2}m-7\n {2}m-8\n {2}m-9\n/,
+  );
   assert.match(r.out, /missing: 0\nduplicated: 0\n/);
   assert.match(r.out, /result: AGREE/);
 });
@@ -146,7 +190,11 @@ test("in-flight, loop and other-link messages are not differences; the text repo
 test("an id stored twice in the destination after its duplicate window is reported duplicated", async (t) => {
   const { src, dst, nca, ncb, config } = await setup(t, { dupWindowMs: 1_000 });
   await publishMany(nca, 5, (i) => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": `m-${i}` } }));
-  await publishAll(ncb, `${src}.x`, Array.from({ length: 5 }, (_, i) => relayed(src, `m-${i}`, i + 1)));
+  await publishAll(
+    ncb,
+    `${src}.x`,
+    Array.from({ length: 5 }, (_, i) => relayed(src, `m-${i}`, i + 1)),
+  );
   await publishAll(ncb, `${src}.x`, [{ "Nats-Msg-Id": "local-1" }, { "Nats-Msg-Id": "local-1" }]); // deduplicated: one copy
   // Re-publish until the broker stores it again, i.e. until the 1 s window has passed.
   const js = jetstream(ncb);
@@ -155,8 +203,16 @@ test("an id stored twice in the destination after its duplicate window is report
     for (const [k, v] of Object.entries(h)) hdrs.set(k, v);
     return !(await js.publish(`${src}.x`, undefined, { headers: hdrs })).duplicate;
   };
-  await check(() => again(relayed(src, "m-3", 4)), { name: "m-3 stored a second time", timeoutMs: 10_000, intervalMs: 200 });
-  await check(() => again({ "Nats-Msg-Id": "local-1" }), { name: "local-1 stored a second time", timeoutMs: 10_000, intervalMs: 200 });
+  await check(() => again(relayed(src, "m-3", 4)), {
+    name: "m-3 stored a second time",
+    timeoutMs: 10_000,
+    intervalMs: 200,
+  });
+  await check(() => again({ "Nats-Msg-Id": "local-1" }), {
+    name: "local-1 stored a second time",
+    timeoutMs: 10_000,
+    intervalMs: 200,
+  });
   assert.equal(await streamCount(ncb, dst), 8);
 
   const r = await verify(["--config", config, "--link", "a-to-b", "--json"]);
@@ -170,10 +226,25 @@ test("an id stored twice in the destination after its duplicate window is report
 test("versions 5, 7, 6 of one entity in the destination are reported as going backwards", async (t) => {
   const { src, nca, ncb, config } = await setup(t, { versions: true });
   const v = (entity: string, version: number) => ({ "Entity-Id": entity, "Entity-Version": String(version) });
-  const sourceOrder: [string, number][] = [["e1", 5], ["e2", 1], ["e1", 6], ["e2", 2], ["e1", 7], ["e2", 3]];
-  await publishAll(nca, `${src}.x`, sourceOrder.map(([e, n], i) => ({ "Nats-Msg-Id": `m-${i}`, ...v(e, n) })));
+  const sourceOrder: [string, number][] = [
+    ["e1", 5],
+    ["e2", 1],
+    ["e1", 6],
+    ["e2", 2],
+    ["e1", 7],
+    ["e2", 3],
+  ];
+  await publishAll(
+    nca,
+    `${src}.x`,
+    sourceOrder.map(([e, n], i) => ({ "Nats-Msg-Id": `m-${i}`, ...v(e, n) })),
+  );
   // The destination stored e1's 7 (source seq 5) before its 6 (source seq 3).
-  await publishAll(ncb, `${src}.x`, [0, 1, 4, 3, 2, 5].map((i) => relayed(src, `m-${i}`, i + 1, v(sourceOrder[i]![0], sourceOrder[i]![1]))));
+  await publishAll(
+    ncb,
+    `${src}.x`,
+    [0, 1, 4, 3, 2, 5].map((i) => relayed(src, `m-${i}`, i + 1, v(sourceOrder[i]![0], sourceOrder[i]![1]))),
+  );
 
   const r = await verify(["--config", config, "--link", "a-to-b", "--json"]);
   assert.equal(r.code, 1, JSON.stringify(r.report));
@@ -186,21 +257,40 @@ test("versions 5, 7, 6 of one entity in the destination are reported as going ba
   assert.equal(r.report?.missing.count, 0);
   assert.equal(r.report?.duplicated.count, 0);
   const text = await verify(["--config", config, "--link", "a-to-b"]);
-  assert.match(text.out, /versions went backwards: 1 entities \(1 times; 2 entities checked\)\n {2}e1: version 7 \(dest seq 3\) then 6 \(dest seq 5\)/);
+  assert.match(
+    text.out,
+    /versions went backwards: 1 entities \(1 times; 2 entities checked\)\n {2}e1: version 7 \(dest seq 3\) then 6 \(dest seq 5\)/,
+  );
 });
 
 test("--since leaves out older messages on both sides", async (t) => {
   const { src, dst, nca, ncb, config } = await setup(t);
   await publishMany(nca, 5, (i) => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": `old-${i}` } }));
-  await publishAll(ncb, `${src}.x`, Array.from({ length: 5 }, (_, i) => relayed(src, `old-${i}`, i + 1)));
+  await publishAll(
+    ncb,
+    `${src}.x`,
+    Array.from({ length: 5 }, (_, i) => relayed(src, `old-${i}`, i + 1)),
+  );
   await new Promise((r) => setTimeout(r, 20));
   const cut = new Date();
   await new Promise((r) => setTimeout(r, 20));
   await publishMany(nca, 4, (i) => ({ subject: `${src}.x`, headers: { "Nats-Msg-Id": `new-${i}` } }));
-  await publishAll(ncb, `${src}.x`, Array.from({ length: 4 }, (_, i) => relayed(src, `new-${i}`, i + 6)));
+  await publishAll(
+    ncb,
+    `${src}.x`,
+    Array.from({ length: 4 }, (_, i) => relayed(src, `new-${i}`, i + 6)),
+  );
   await (await jetstreamManager(ncb)).streams.deleteMessage(dst, 2); // old-1
 
-  const recent = await verify(["--config", config, "--link", "a-to-b", "--since", cut.toISOString(), "--json"]);
+  const recent = await verify([
+    "--config",
+    config,
+    "--link",
+    "a-to-b",
+    "--since",
+    cut.toISOString(),
+    "--json",
+  ]);
   assert.equal(recent.code, 0, recent.out);
   assert.equal(recent.report?.since, cut.toISOString());
   assert.deepEqual([recent.report?.source.examined, recent.report?.destination.examined], [4, 4]);
@@ -212,37 +302,72 @@ test("--since leaves out older messages on both sides", async (t) => {
 });
 
 test("usage errors: unknown link (listing the links), bad --since, no --link", async () => {
-  const config = await writeConfig(linkYaml({
-    regions: { a: ["nats://127.0.0.1:1"], b: ["nats://127.0.0.1:2"] },
-    links: [
-      { name: "a-to-b", from: "a", fromStream: "S", to: "b", toStream: "S" },
-      { name: "b-to-a", from: "b", fromStream: "S", to: "a", toStream: "S" },
-    ],
-  }));
+  const config = await writeConfig(
+    linkYaml({
+      regions: { a: ["nats://127.0.0.1:1"], b: ["nats://127.0.0.1:2"] },
+      links: [
+        { name: "a-to-b", from: "a", fromStream: "S", to: "b", toStream: "S" },
+        { name: "b-to-a", from: "b", fromStream: "S", to: "a", toStream: "S" },
+      ],
+    }),
+  );
   await assert.rejects(verifyCommand(["--config", config, "--link", "nope"]), (err) => {
     assert.ok(isRelayError(err, "USAGE"));
     assert.match(err.message, /unknown link "nope" \(links in the config: a-to-b, b-to-a\)/);
     return true;
   });
-  await assert.rejects(verifyCommand(["--config", config, "--link", "a-to-b", "--since", "last week"]), (err) => isRelayError(err, "USAGE"));
-  await assert.rejects(verifyCommand(["--config", config]), (err) => isRelayError(err, "USAGE") && /--link is required/.test(err.message));
-  await assert.rejects(verifyCommand(["--config", "/nonexistent.yaml", "--link", "x"]), (err) => isRelayError(err, "CONFIG_INVALID"));
+  await assert.rejects(
+    verifyCommand(["--config", config, "--link", "a-to-b", "--since", "last week"]),
+    (err) => isRelayError(err, "USAGE"),
+  );
+  await assert.rejects(
+    verifyCommand(["--config", config]),
+    (err) => isRelayError(err, "USAGE") && /--link is required/.test(err.message),
+  );
+  await assert.rejects(verifyCommand(["--config", "/nonexistent.yaml", "--link", "x"]), (err) =>
+    isRelayError(err, "CONFIG_INVALID"),
+  );
 });
 
 test("WireHeaders reads what the client's MsgHdrs reads, and the fast path is in use", async (t) => {
   const nca = await connectTo(t, a.url);
   const name = uniqueName("HDR");
   await createStream(nca, { name, subjects: [`${name}.>`] });
-  await publishAll(nca, `${name}.x`, [{ "Nats-Msg-Id": "id-1", "Relay-Source": "a S 7", "X-Spaced": "  padded value ", "x-lower": "lower", "Entity-Id": "e:1" }]);
+  await publishAll(nca, `${name}.x`, [
+    {
+      "Nats-Msg-Id": "id-1",
+      "Relay-Source": "a S 7",
+      "X-Spaced": "  padded value ",
+      "x-lower": "lower",
+      "Entity-Id": "e:1",
+    },
+  ]);
   await publishMany(nca, 1, () => ({ subject: `${name}.y` })); // no headers at all (headers_only adds one)
   const seen: { fast: boolean; pairs: [string, string | undefined][] }[] = [];
   await readStream({ nc: nca, region: "a", stream: name }, {}, (m) => {
-    const keys = ["Nats-Msg-Id", "Relay-Source", "X-Spaced", "x-lower", "X-Lower", "Entity-Id", "Entity", "Absent", "Nats-Msg-Size"];
+    const keys = [
+      "Nats-Msg-Id",
+      "Relay-Source",
+      "X-Spaced",
+      "x-lower",
+      "X-Lower",
+      "Entity-Id",
+      "Entity",
+      "Absent",
+      "Nats-Msg-Size",
+    ];
     const fast = headersOf(m);
     for (const k of keys) assert.equal(fast?.get(k) ?? "", m.headers?.get(k) ?? "", `${k} of seq ${m.seq}`);
     seen.push({ fast: fastHeadersAvailable(m), pairs: keys.map((k) => [k, fast?.get(k)]) });
   });
   assert.equal(seen.length, 2);
-  assert.ok(seen.every((s) => s.fast), "the raw header block is reachable (nats-core internals unchanged)");
-  assert.deepEqual(seen[0]?.pairs.slice(0, 3), [["Nats-Msg-Id", "id-1"], ["Relay-Source", "a S 7"], ["X-Spaced", "padded value"]]);
+  assert.ok(
+    seen.every((s) => s.fast),
+    "the raw header block is reachable (nats-core internals unchanged)",
+  );
+  assert.deepEqual(seen[0]?.pairs.slice(0, 3), [
+    ["Nats-Msg-Id", "id-1"],
+    ["Relay-Source", "a S 7"],
+    ["X-Spaced", "padded value"],
+  ]);
 });
