@@ -1,4 +1,8 @@
 import { readFileSync } from "node:fs";
+import { jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { headers, nanos } from "@nats-io/nats-core";
+import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
+import { fillStream } from "../test/helpers/fill.js";
 import { writeConfig } from "../test/helpers/relays.js";
 
 /** Peak resident set (VmHWM) of a process, in MB; undefined when it cannot be read. */
@@ -29,3 +33,49 @@ ${linkExtra}
 ${topExtra}
 `);
 }
+
+/** The benches' message: 512 bytes. */
+export const BENCH_PAYLOAD = new Uint8Array(512).fill(120);
+
+const CLOCK_TICKS = 100; // USER_HZ on Linux
+
+/** CPU seconds (user + system) a process has used so far; 0 once it is gone. */
+export function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS; // utime, stime
+  } catch {
+    return 0;
+  }
+}
+
+export async function addStream(nc: NatsConnection, name: string, subjects: string[], extra: Record<string, unknown> = {}) {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.add({ name, subjects, retention: RetentionPolicy.Limits, storage: StorageType.File, duplicate_window: nanos(120_000), ...extra });
+}
+
+/** Fills a stream as fast as the pipelined publisher goes, 4,096 in flight; returns msgs/s. */
+export function fill(nc: NatsConnection, subject: string, count: number, idPrefix: string): Promise<number> {
+  const withId = (i: number): MsgHdrs => {
+    const h = headers();
+    h.set("Nats-Msg-Id", `${idPrefix}-${i}`);
+    return h;
+  };
+  return fillStream(nc, subject, count, { payload: BENCH_PAYLOAD, headers: withId });
+}
+
+/** Polls the stream's message count; times from the first message to the last. */
+export async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000): Promise<number> {
+  const jsm = await jetstreamManager(nc);
+  const deadline = Date.now() + timeoutMs;
+  let first = 0;
+  for (;;) {
+    const n = (await jsm.streams.info(stream)).state.messages;
+    if (n > 0 && first === 0) first = performance.now();
+    if (n >= count) return (performance.now() - first) / 1000;
+    if (Date.now() > deadline) throw new Error(`${stream}: ${n} of ${count} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+

@@ -14,21 +14,16 @@
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
  */
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { AckPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import { headers, nanos } from "@nats-io/nats-core";
-import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
-import { fillStream } from "../test/helpers/fill.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
-import { peakRssMb, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
-const SIZE = 512;
-const payload = new Uint8Array(SIZE).fill(120);
+const SIZE = BENCH_PAYLOAD.length;
 
 interface Result {
   name: string;
@@ -42,19 +37,6 @@ interface Result {
   relayCpu?: number;
 }
 
-const CLOCK_TICKS = 100; // USER_HZ on Linux
-
-/** CPU seconds (user + system) a process has used so far; 0 once it is gone. */
-function cpuSeconds(pid: number | undefined): number {
-  if (!pid) return 0;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS; // utime, stime
-  } catch {
-    return 0;
-  }
-}
-
 /** Reads the CPU time of `pids` now; calling the result gives the seconds used since, per 100k messages. */
 function cpuMeter(pids: (number | undefined)[]): () => number {
   const start = pids.map(cpuSeconds);
@@ -63,35 +45,6 @@ function cpuMeter(pids: (number | undefined)[]): () => number {
     pids.forEach((pid, i) => (used += cpuSeconds(pid) - (start[i] ?? 0)));
     return (used * 100_000) / COUNT;
   };
-}
-
-async function addStream(nc: NatsConnection, name: string, subjects: string[], extra: Record<string, unknown> = {}) {
-  const jsm = await jetstreamManager(nc);
-  await jsm.streams.add({ name, subjects, retention: RetentionPolicy.Limits, storage: StorageType.File, duplicate_window: nanos(120_000), ...extra });
-}
-
-/** Fills a stream as fast as the pipelined publisher goes, 4,096 in flight; returns msgs/s. */
-function fill(nc: NatsConnection, subject: string, count: number, idPrefix: string): Promise<number> {
-  const withId = (i: number): MsgHdrs => {
-    const h = headers();
-    h.set("Nats-Msg-Id", `${idPrefix}-${i}`);
-    return h;
-  };
-  return fillStream(nc, subject, count, { payload, headers: withId });
-}
-
-/** Polls the stream's message count; times from the first message to the last. */
-async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000): Promise<number> {
-  const jsm = await jetstreamManager(nc);
-  const deadline = Date.now() + timeoutMs;
-  let first = 0;
-  for (;;) {
-    const n = (await jsm.streams.info(stream)).state.messages;
-    if (n > 0 && first === 0) first = performance.now();
-    if (n >= count) return (performance.now() - first) / 1000;
-    if (Date.now() > deadline) throw new Error(`${stream}: ${n} of ${count} after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 async function nativeSourcing(servers: LocalBackend): Promise<Result> {

@@ -1,0 +1,119 @@
+/**
+ * npm run bench:profile — where the relay's CPU goes on the hot path.
+ *
+ * Relays a backlog of PROFILE_MESSAGES (default 200,000) × 512-byte messages between two local
+ * nats-servers with the compiled relay under `node --cpu-prof`, then prints the relay's CPU seconds
+ * per 100,000 messages and the functions with the most self time (and their share), grouped as the
+ * hot path reads: the relay's own code, the NATS client, prom-client, Node internals.
+ * The profile is written to bench/profiles/relay-<guard>.cpuprofile: open it in Chrome DevTools or
+ * speedscope for the flame graph. PROFILE_GUARD=redis profiles the guarded relay. PROFILE_STRACE=1
+ * also counts the relay's socket system calls (strace -c): how many writes carry the messages and acks.
+ */
+import { spawn, spawnSync } from "node:child_process";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { connect } from "@nats-io/transport-node";
+import { LocalBackend } from "../test/helpers/local-backend.js";
+import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
+import { addStream, cpuSeconds, fill, timeUntilFull, writeBenchConfig } from "./common.js";
+
+const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
+const GUARD = process.env.PROFILE_GUARD ?? "none";
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+function area(url: string): string {
+  if (url.includes("/dist/")) return "relay";
+  if (url.includes("@nats-io")) return "nats client";
+  if (url.includes("prom-client")) return "prom-client";
+  if (url.includes("ioredis")) return "ioredis";
+  if (url.includes("pino")) return "pino";
+  if (url === "" || url.startsWith("node:")) return "node/runtime";
+  return "other";
+}
+
+function summarize(profile: CpuProfile): void {
+  const self = new Map<number, number>();
+  profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+  const byFn = new Map<string, { us: number; area: string }>();
+  const byArea = new Map<string, number>();
+  let total = 0;
+  for (const n of profile.nodes) {
+    const us = self.get(n.id) ?? 0;
+    if (us === 0) continue;
+    const { functionName, url, lineNumber } = n.callFrame;
+    if (functionName === "(idle)" || functionName === "(program)") continue;
+    total += us;
+    const where = url.replace(/^.*\/(dist|node_modules)\//, "$1/");
+    const key = `${functionName || "(anonymous)"} ${where}:${lineNumber + 1}`;
+    const a = area(url);
+    byFn.set(key, { us: (byFn.get(key)?.us ?? 0) + us, area: a });
+    byArea.set(a, (byArea.get(a) ?? 0) + us);
+  }
+  const pct = (us: number) => `${((100 * us) / total).toFixed(1).padStart(5)}%`;
+  console.log("\nbusy time by area:");
+  for (const [a, us] of [...byArea].sort((x, y) => y[1] - x[1])) console.log(`  ${pct(us)}  ${a}`);
+  console.log("\ntop functions by self time:");
+  for (const [fn, v] of [...byFn].sort((x, y) => y[1].us - x[1].us).slice(0, 30)) console.log(`  ${pct(v.us)}  ${v.area.padEnd(13)} ${fn}`);
+}
+
+async function main(): Promise<void> {
+  const build = spawnSync("npm", ["run", "build", "--silent"], { stdio: "inherit" });
+  if (build.status !== 0) throw new Error("npm run build failed");
+  const servers = new LocalBackend();
+  const outDir = join(REPO_ROOT, "bench/profiles");
+  const tmp = join(outDir, `.tmp-${process.pid}`);
+  mkdirSync(tmp, { recursive: true });
+  try {
+    const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+    const nca = await connect({ servers: a.url });
+    const ncb = await connect({ servers: b.url });
+    await addStream(nca, "SRC", ["src.>"]);
+    await addStream(ncb, "DST", ["src.>"]);
+    await fill(nca, "src", COUNT, "p");
+    let guardYaml = "";
+    if (GUARD === "redis") {
+      const redis = await servers.startRedis({ appendonly: true });
+      guardYaml = `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`;
+    }
+    const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${tmp}`] });
+    const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
+    const straceOut: string[] = [];
+    strace?.stderr?.on("data", (d: Buffer) => straceOut.push(d.toString()));
+    const seconds = await timeUntilFull(ncb, "DST", COUNT);
+    if (strace) {
+      strace.kill("SIGINT");
+      await new Promise((resolve) => strace.once("exit", resolve));
+      console.log(`system calls of the relay while it relayed ${COUNT} messages:\n${straceOut.join("")}`);
+    }
+    const cpu = (cpuSeconds(proc.pid) * 100_000) / COUNT;
+    proc.signal("SIGTERM");
+    await proc.exited;
+    await Promise.all([nca.close(), ncb.close()]);
+    console.log(`relay (guard ${GUARD}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${cpu.toFixed(2)} s per 100k`);
+    const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
+    if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
+    const dest = join(outDir, `relay-${GUARD}.cpuprofile`);
+    renameSync(join(tmp, file), dest);
+    console.log(`profile: ${dest}`);
+    summarize(JSON.parse(readFileSync(dest, "utf8")) as CpuProfile);
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
+    await servers.cleanup();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exitCode = 1;
+});
