@@ -13,12 +13,16 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: "validate a config file and show what each region's relay runs",
     load: async () => (await import("./cli/check-command.js")).checkCommand,
   },
+  streams: {
+    summary: "plan|apply: create or update the streams and bucket the links need in each region",
+    load: async () => (await import("./cli/streams-command.js")).streamsCommand,
+  },
   status: {
     summary: "print a running relay's link status as a table",
     load: async () => (await import("./cli/status-command.js")).statusCommand,
   },
   verify: {
-    summary: "compare both sides of a link by id: missing, duplicated, versions gone backwards",
+    summary: "compare both sides of a link by id: missing, duplicated, out of order, and what is expected",
     load: async () => (await import("./cli/verify-command.js")).verifyCommand,
   },
   health: {

@@ -2,14 +2,8 @@ import { jetstream } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
-import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
-
-/**
- * What a create with too many replicas is refused with: "replicas > 1 not supported in non-clustered
- * mode" (a single server), "insufficient resources" and "no suitable peers for placement" (a cluster
- * smaller than the replicas asked for).
- */
-const TOO_MANY_REPLICAS = [10074, 10023, 10005];
+import { classifyJsError } from "../nats/durable-consumer.js";
+import { createWithReplicas } from "../nats/replicas.js";
 
 export interface GroupBucketOptions {
   /** Connection to the region's own cluster. Not closed here. */
@@ -35,14 +29,7 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
   try {
     if (opts.replicas !== undefined) return await create(opts.replicas);
     // min(3, cluster size): 3, else as many as the cluster has.
-    for (const replicas of [3, 2]) {
-      try {
-        return await create(replicas);
-      } catch (err) {
-        if (!TOO_MANY_REPLICAS.some((code) => isApiCode(err, code))) throw err;
-      }
-    }
-    return await create(1);
+    return (await createWithReplicas(true, create)).value;
   } catch (err) {
     throw classifyJsError(err, `group bucket ${opts.bucket}`);
   }

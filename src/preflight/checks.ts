@@ -111,9 +111,12 @@ function list(values: readonly string[]): string {
   return values.length === 0 ? "(none)" : values.join(", ");
 }
 
-/** A subject list as a shell argument for the `nats` CLI. */
-function subjectsArg(values: readonly string[]): string {
-  return `"${values.join(",")}"`;
+/**
+ * The command that creates or updates the region's destination and dead-letter streams
+ * (docs/streams.md). The checks do not know the config file's path.
+ */
+function streamsApply(region: string): string {
+  return `jetstream-relay streams apply --config <your config> --region ${region}`;
 }
 
 /**
@@ -171,7 +174,7 @@ export function checkSourceStream(link: LinkConfig, source: StreamFact): CheckRe
         name,
         level: "error",
         detail: `${at} does not exist: the link has nothing to read and its durable cannot be created`,
-        fix: `create it in region ${link.from.region} (nats stream add ${link.from.stream} --subjects "<subjects>" --storage file --retention limits) or correct links[${link.name}].from.stream`,
+        fix: `create it in region ${link.from.region} with the subjects its publishers use, file storage and limits retention (e.g. nats stream add ${link.from.stream} --subjects "<subjects>" --storage file --retention limits), or correct links[${link.name}].from.stream; jetstream-relay streams apply never creates or changes a source stream`,
       };
     case "found": {
       const s = source.stream;
@@ -208,12 +211,12 @@ export function checkDestinationStream(
         fix: "make sure JetStream is enabled for the account and the relay's user may use the JetStream API",
       };
     case "missing": {
-      const subjects = wanted && wanted.length > 0 ? subjectsArg(wanted) : '"<subjects>"';
+      const subjects = wanted && wanted.length > 0 ? `subjects ${wanted.join(", ")}` : "the subjects the links publish to";
       return {
         name,
         level: "error",
         detail: `${at} does not exist: every publish would get no responders and the link would retry forever`,
-        fix: `create it in region ${link.to.region}: nats stream add ${link.to.stream} --subjects ${subjects} --storage file --retention limits --dupe-window ${formatDuration(replayHorizonMs(link))}`,
+        fix: `create it: ${streamsApply(link.to.region)} (creates ${link.to.stream} with ${subjects}, file storage, limits retention, duplicate window ${formatDuration(replayHorizonMs(link))})`,
       };
     }
     case "found": {
@@ -244,7 +247,7 @@ export function checkRetention(link: LinkConfig, dest: StreamFact): CheckResult 
     name,
     level: "error",
     detail: `${r}: interest/work-queue destinations can ack a message they dropped (no consumer interest, or consumed and removed), so the relay would ack the source for a message that is gone and never relay it again; dedup by id also stops working once it is removed`,
-    fix: `use a stream with retention limits: on nats-server 2.10+ change interest → limits in place (nats stream edit ${link.to.stream} -i, or --retention limits with a recent nats CLI, in region ${link.to.region}); otherwise recreate it with --retention limits`,
+    fix: `use a stream with retention limits: on nats-server 2.10+ ${streamsApply(link.to.region)} --force changes interest → limits in place; otherwise (nats-server 2.9, or a work-queue stream) point links[${link.name}].to.stream at a new stream (${streamsApply(link.to.region)} creates it) or recreate ${link.to.stream} with limits retention`,
   };
 }
 
@@ -266,15 +269,13 @@ export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact): CheckR
     problems.push(
       `duplicate window is not set: the broker does not deduplicate relayed messages; ${guardNote}`,
     );
-    fixes.push(
-      `nats stream edit ${s.name} --dupe-window ${formatDuration(horizon)} (in region ${link.to.region})`,
-    );
+    fixes.push(`${streamsApply(link.to.region)} (raises ${s.name}'s duplicate window to ${formatDuration(horizon)})`);
   } else if (s.duplicateWindowMs < horizon) {
     problems.push(
       `duplicate window ${formatDuration(s.duplicateWindowMs)} < ${why}: a redelivery or replay after the window is stored twice (broker dedup will not cover redeliveries); ${guardNote}`,
     );
     fixes.push(
-      `nats stream edit ${s.name} --dupe-window ${formatDuration(horizon)} (in region ${link.to.region}), or shorten links[${link.name}].ackWait / maxReplayAge`,
+      `${streamsApply(link.to.region)} (raises ${s.name}'s duplicate window to ${formatDuration(horizon)}), or shorten links[${link.name}].ackWait / maxReplayAge`,
     );
   }
   if (s.maxAgeMs > 0 && s.duplicateWindowMs > s.maxAgeMs) {
@@ -282,7 +283,7 @@ export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact): CheckR
       `duplicate window ${formatDuration(s.duplicateWindowMs)} > max age ${formatDuration(s.maxAgeMs)}: ids are only remembered while their message is kept`,
     );
     fixes.push(
-      `make the duplicate window <= max age (nats stream edit ${s.name} --dupe-window ${formatDuration(Math.min(horizon, s.maxAgeMs))}) or raise --max-age`,
+      `raise ${s.name}'s max age to at least its duplicate window, or lower the window to ${formatDuration(Math.min(horizon, s.maxAgeMs))}, with your stream tooling in region ${link.to.region} (jetstream-relay streams apply never lowers a window)`,
     );
   }
   if (problems.length > 0)
@@ -350,15 +351,12 @@ export function checkSubjectsBound(
     .map((p) => ({ p, streams: (others.get(p) ?? []).filter((n) => n !== d.name) }))
     .filter((x) => x.streams.length > 0)
     .map((x) => `${x.p} overlaps stream ${x.streams.join(", ")}, which would store those instead`);
-  const newSubjects = [
-    ...d.subjects,
-    ...unbound.filter((p) => !unbound.some((q) => q !== p && isSubsetOf(p, q))),
-  ];
+  const newSubjects = unbound.filter((p) => !unbound.some((q) => q !== p && isSubsetOf(p, q)));
   return {
     name,
     level: "error",
     detail: `${mapping}: ${unbound.join(", ")} not bound to ${where(link.to.region, d.name)} (subjects ${list(d.subjects)}): publishes would get no responders${elsewhere.length > 0 ? ` (${elsewhere.join("; ")})` : ""}`,
-    fix: `bind them: nats stream edit ${d.name} --subjects ${subjectsArg(newSubjects)} (in region ${link.to.region}), or change links[${link.name}].to.subject / from.filter`,
+    fix: `bind them: ${streamsApply(link.to.region)} (adds ${newSubjects.join(", ")} to ${d.name}), or change links[${link.name}].to.subject / from.filter`,
   };
 }
 
@@ -559,7 +557,7 @@ export function checkDeadLetter(link: LinkConfig, fact: DeadLetterFact | undefin
       name,
       level: "warning",
       detail: `${policy.subject} is captured by no stream in ${link.to.region}: dead-lettered messages would fail to park and the link would retry`,
-      fix: `capture it: nats stream add RELAY_DLQ --subjects "${policy.subject}" --storage file --retention limits (in region ${link.to.region}), or set links[${link.name}].onBadMessage`,
+      fix: `capture it: ${streamsApply(link.to.region)} (creates or extends RELAY_DLQ with ${policy.subject}), or set links[${link.name}].onBadMessage`,
     };
   }
   const own = fact.streams.includes(link.to.stream)

@@ -6,7 +6,7 @@
  *     CHECK                 RESULT   DETAIL
  *     source region         ok       a: connected to 127.0.0.1:4222
  *     duplicate window      warning  duplicate window 10s < replay horizon 2m = ...
- *                                    fix: nats stream edit ORDERS --dupe-window 2m (in region b)
+ *                                    fix: jetstream-relay streams apply --config <your config> --region b
  */
 import type { CheckResult, Level } from "./checks.js";
 import type { PreflightReport } from "./preflight.js";

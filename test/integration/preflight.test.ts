@@ -201,7 +201,7 @@ describe("checks on facts", () => {
     );
     const r = checkSubjectsBound(link, src, found({ name: "S", subjects: ["us.*"] }));
     assert.equal(r.level, "error");
-    assert.match(r.fix ?? "", /nats stream edit S --subjects "us\.\*,us\.>"/);
+    assert.match(r.fix ?? "", /jetstream-relay streams apply --config <your config> --region b \(adds us\.> to S\)/);
     assert.equal(
       checkSubjectsBound(
         bad,
@@ -362,7 +362,7 @@ describe("check --live", () => {
     assert.match(r.detail, /3 messages on 3 subjects .* have no partition number below 4 at token 2/);
   });
 
-  test("missing destination stream: error with the nats stream add fix, exit 2", async () => {
+  test("missing destination stream: error with the streams apply fix, exit 2", async () => {
     const s = uniqueName("NODEST");
     await streams(s, { dest: false });
     const r = await check(oneLink(s));
@@ -372,7 +372,7 @@ describe("check --live", () => {
     assert.match(dest.detail, /does not exist/);
     assert.match(
       dest.fix ?? "",
-      new RegExp(`nats stream add ${s} --subjects "${s}\\.>" .*--retention limits`),
+      new RegExp(`jetstream-relay streams apply --config <your config> --region b \\(creates ${s} with subjects ${s}\\.>, file storage, limits retention, duplicate window 2m\\)`),
     );
     assert.equal(row(r.out, "a-to-b", "destination retention").level, "skipped");
     assert.equal(row(r.out, "a-to-b", "source stream").level, "ok");
@@ -394,7 +394,7 @@ describe("check --live", () => {
     const ret = row(r.out, "a-to-b", "destination retention");
     assert.equal(ret.level, "error");
     assert.match(ret.detail, /interest\/work-queue destinations can ack a message they dropped/);
-    assert.match(ret.fix ?? "", /--retention limits/);
+    assert.match(ret.fix ?? "", /jetstream-relay streams apply --config <your config> --region b --force changes interest → limits/);
   });
 
   test("duplicate window 10s with ackWait 30s: warning, exit 0; exit 1 with --strict", async () => {
@@ -406,7 +406,7 @@ describe("check --live", () => {
     const w = row(r.out, "a-to-b", "duplicate window");
     assert.equal(w.level, "warning");
     assert.match(w.detail, /10s < replay horizon 2m/);
-    assert.match(w.fix ?? "", new RegExp(`nats stream edit ${s} --dupe-window 2m`));
+    assert.match(w.fix ?? "", new RegExp(`jetstream-relay streams apply --config <your config> --region b \\(raises ${s}'s duplicate window to 2m\\)`));
     const others = rowsOf(r.out, "a-to-b").filter((x) => x.name !== "duplicate window");
     for (const x of others) assert.equal(x.level, "ok", `${x.name}: ${x.detail}`);
     const strict = await check(yaml, "--strict");
@@ -424,7 +424,7 @@ describe("check --live", () => {
     assert.match(bound.detail, /publishes would get no responders/);
     assert.match(
       bound.fix ?? "",
-      new RegExp(`nats stream edit ${s} --subjects "${s}\\.>,relayed\\.${s}\\.>"`),
+      new RegExp(`jetstream-relay streams apply --config <your config> --region b \\(adds relayed\\.${s}\\.> to ${s}\\)`),
     );
   });
 
