@@ -12,6 +12,10 @@
  * Each relay variant runs BENCH_REPEAT times (default 3), alternating, on fresh servers: the table
  * shows the median rate and the highest peak RSS of its runs (a shared machine is noisy).
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
+ * Then the topology users run (bench/topology.ts): both regions 3-node clusters with R3 streams, on
+ * loopback (r3) and with a WAN of BENCH_WAN_ONE_WAY_MS × 2 round trip injected by a delay proxy on every
+ * cross-region connection (r3-wan), and the replication lag at BENCH_LAG_RATE msgs/s over that WAN (lag).
+ * BENCH_ONLY=loopback,r3,r3-wan,lag selects row groups (all by default).
  */
 import { spawnSync } from "node:child_process";
 import { cpus } from "node:os";
@@ -19,11 +23,18 @@ import { AckPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
+import { topologyRows } from "./topology.js";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
 const SIZE = BENCH_PAYLOAD.length;
+/** BENCH_ONLY=loopback,r3,r3-wan,lag (comma-separated): the row groups to run; all by default. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag").split(",").map((x) => x.trim()).filter(Boolean));
+/** Messages of the R3 rows (3-node clusters fill and relay slower than single servers). */
+const TOPOLOGY_COUNT = Number(process.env.BENCH_TOPOLOGY_MESSAGES ?? 50_000);
+/** Half the WAN round trip the delay proxy adds between the regions. */
+const WAN_ONE_WAY_MS = Number(process.env.BENCH_WAN_ONE_WAY_MS ?? 20);
 
 interface Result {
   name: string;
@@ -136,7 +147,26 @@ async function main(): Promise<void> {
   if (build.status !== 0) throw new Error("npm run build failed");
   const servers = new LocalBackend();
   try {
-    console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, nats-server from PATH\n`);
+    console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, nats-server from PATH; rows: ${[...ONLY].join(", ")}\n`);
+    if (ONLY.has("loopback")) await loopbackRows(servers);
+    if (ONLY.has("r3") || ONLY.has("r3-wan") || ONLY.has("lag")) {
+      console.log(`\nboth regions 3-node clusters, R3 streams; ${TOPOLOGY_COUNT} messages; WAN = delay proxy, ${2 * WAN_ONE_WAY_MS} ms round trip (one run each):`);
+    }
+    await topologyRows(servers, {
+      count: TOPOLOGY_COUNT,
+      only: ONLY,
+      oneWayMs: WAN_ONE_WAY_MS,
+      lagRate: Number(process.env.BENCH_LAG_RATE ?? 5_000),
+      lagSeconds: Number(process.env.BENCH_LAG_SECONDS ?? 10),
+    });
+  } finally {
+    await servers.cleanup();
+  }
+}
+
+/** Today's rows: R1 single servers on loopback, native sourcing as the baseline. */
+async function loopbackRows(servers: LocalBackend): Promise<void> {
+  {
     const native = await nativeSourcing(servers);
     const [fa] = await Promise.all([servers.startNats()]);
     const ncf = await connect({ servers: fa.url });
@@ -185,8 +215,6 @@ async function main(): Promise<void> {
       );
     }
     if (unguarded && guarded) console.log(`guarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
-  } finally {
-    await servers.cleanup();
   }
 }
 

@@ -202,3 +202,29 @@ test("config files the tests write are removed when the test process exits", asy
   assert.match(path, /relay-cfg-.*\/relay\.yaml$/);
   assert.equal(existsSync(path), false, `${path} is gone`);
 });
+
+test("the delay proxy holds every byte for its one-way delay each way, in order", async () => {
+  const { createServer, connect: connectTcp } = await import("node:net");
+  const { startDelayProxy } = await import("./delay-proxy.js");
+  const echo = createServer((s) => s.pipe(s));
+  await new Promise<void>((resolve) => echo.listen(0, "127.0.0.1", resolve));
+  const proxy = await startDelayProxy({ port: (echo.address() as { port: number }).port, oneWayMs: 30 });
+  const socket = connectTcp({ port: proxy.port, host: "127.0.0.1" });
+  await new Promise<void>((resolve) => socket.once("connect", () => resolve()));
+  const got: string[] = [];
+  const sent = Date.now();
+  const back = new Promise<number>((resolve) =>
+    socket.on("data", (d: Buffer) => {
+      got.push(d.toString());
+      if (got.join("").length === 6) resolve(Date.now() - sent);
+    }),
+  );
+  socket.write("abc");
+  socket.write("def");
+  const rtt = await back;
+  assert.equal(got.join(""), "abcdef");
+  assert.ok(rtt >= 58, `a round trip through it takes at least 2 × 30 ms (took ${rtt} ms)`);
+  socket.destroy();
+  await proxy.close();
+  await new Promise<void>((resolve) => echo.close(() => resolve()));
+});

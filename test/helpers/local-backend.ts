@@ -30,7 +30,7 @@ export class LocalBackend implements ServerBackend {
    * node's config must list its peers before any node starts; client/monitor ports are learned.
    */
   async startNatsCluster(
-    opts: { size?: number; name?: string; domain?: string } = {},
+    opts: { size?: number; name?: string; domain?: string; node?: (index: number) => NatsOptions } = {},
   ): Promise<LocalCluster> {
     this.natsBin ??= requireBinary("nats-server", "nats-server");
     const size = opts.size ?? 3;
@@ -44,7 +44,7 @@ export class LocalBackend implements ServerBackend {
         bin: this.natsBin,
         name: `${name}-n${i + 1}`,
         dir: await this.tempDir(),
-        opts: opts.domain ? { domain: opts.domain } : {},
+        opts: { ...(opts.domain ? { domain: opts.domain } : {}), ...opts.node?.(i) },
         cluster: { name, port: routePorts[i]!, peerPorts: routePorts.filter((_, j) => j !== i) },
         quorumPossible,
       });

@@ -1,0 +1,250 @@
+/**
+ * The topology users run, for `npm run bench`: both regions 3-node JetStream clusters with R3 streams,
+ * on loopback and with a WAN between them (a delay proxy of the test harness on every cross-region
+ * connection: native sourcing's leafnodes and the relay's connections to the remote region alike).
+ *
+ *   r3      backlog of COUNT messages, native sourcing vs relay, both regions R3 on loopback
+ *   r3-wan  the same with 2 × oneWayMs round trip between the regions
+ *   lag     steady state at LAG_RATE msgs/s for LAG_SECONDS over the WAN: replication lag p50/p99
+ *           (destination store time − publish time), native vs relay
+ */
+import { jetstream, jetstreamManager, DeliverPolicy } from "@nats-io/jetstream";
+import { headers } from "@nats-io/nats-core";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { connect } from "@nats-io/transport-node";
+import { check } from "../test/helpers/check.js";
+import { startDelayProxy } from "../test/helpers/delay-proxy.js";
+import type { DelayProxy } from "../test/helpers/delay-proxy.js";
+import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
+import { RelayProcess } from "../test/helpers/relays.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
+
+export interface TopologyRow {
+  readonly name: string;
+  readonly msgsPerSec?: number;
+  readonly seconds?: number;
+  readonly relayCpu?: number;
+  readonly peakRssMb?: number;
+  readonly lagP50Ms?: number;
+  readonly lagP99Ms?: number;
+}
+
+interface Regions {
+  readonly a: LocalCluster;
+  readonly b: LocalCluster;
+  /** Region a's client URLs as region b reaches them (through the WAN proxies when there are any). */
+  readonly aFromB: string[];
+  readonly proxies: DelayProxy[];
+  close(): Promise<void>;
+}
+
+/** Two 3-node clusters, domains a and b; every b node a leafnode of a, through the WAN when oneWayMs > 0. */
+async function twoClusters(servers: LocalBackend, oneWayMs: number): Promise<Regions> {
+  const a = await servers.startNatsCluster({ domain: "a", node: () => ({ leafListen: true }) });
+  const proxies: DelayProxy[] = [];
+  const via = async (port: number) => {
+    if (oneWayMs === 0) return port;
+    const p = await startDelayProxy({ port, oneWayMs });
+    proxies.push(p);
+    return p.port;
+  };
+  const leafPorts = await Promise.all(a.nodes.map((n) => via(n.leafPort ?? -1)));
+  const clientPorts = await Promise.all(a.nodes.map((n) => via(Number(new URL(n.url).port))));
+  const b = await servers.startNatsCluster({
+    domain: "b",
+    node: () => ({ leafRemotes: leafPorts.map((p) => `nats-leaf://127.0.0.1:${p}`) }),
+  });
+  return {
+    a,
+    b,
+    aFromB: clientPorts.map((p) => `nats://127.0.0.1:${p}`),
+    proxies,
+    close: async () => {
+      await Promise.all(proxies.map((p) => p.close()));
+      await Promise.all([a.stop(), b.stop()]);
+    },
+  };
+}
+
+/** Waits until every node of b has its leafnode connection up (sourcing needs $JS.a.API). */
+async function leafnodesUp(b: LocalCluster): Promise<void> {
+  await check(
+    async () => {
+      const counts = await Promise.all(b.nodes.map(async (n) => ((await n.monitor("/leafz")).body as { leafnodes?: number }).leafnodes ?? 0));
+      return counts.every((c) => c > 0);
+    },
+    { name: "region b's leafnodes connected to region a", timeoutMs: 90_000, intervalMs: 100 },
+  );
+}
+
+const R3 = { num_replicas: 3 };
+
+async function nativeRow(servers: LocalBackend, name: string, count: number, oneWayMs: number): Promise<TopologyRow> {
+  const r = await twoClusters(servers, oneWayMs);
+  const nca = await connect({ servers: r.a.urls });
+  const ncb = await connect({ servers: r.b.urls });
+  try {
+    await addStream(nca, "SRC", ["src.>"], R3);
+    await fill(nca, "src", count, "n");
+    await leafnodesUp(r.b);
+    await addStream(ncb, "DST", [], { ...R3, sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
+    const seconds = await timeUntilFull(ncb, "DST", count);
+    return { name, msgsPerSec: count / seconds, seconds };
+  } finally {
+    await Promise.all([nca.close(), ncb.close()]);
+    await r.close();
+  }
+}
+
+async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number): Promise<TopologyRow> {
+  const r = await twoClusters(servers, oneWayMs);
+  const nca = await connect({ servers: r.a.urls });
+  const ncb = await connect({ servers: r.b.urls });
+  try {
+    await addStream(nca, "SRC", ["src.>"], R3);
+    await addStream(ncb, "DST", ["src.>"], R3);
+    await fill(nca, "src", count, "r");
+    const proc = startRelay(r, await relayConfig(r));
+    try {
+      const seconds = await timeUntilFull(ncb, "DST", count);
+      const rss = peakRssMb(proc.pid);
+      return { name, msgsPerSec: count / seconds, seconds, relayCpu: (cpuSeconds(proc.pid) * 100_000) / count, ...(rss ? { peakRssMb: rss } : {}) };
+    } finally {
+      proc.signal("SIGTERM");
+      await proc.exited;
+    }
+  } finally {
+    await Promise.all([nca.close(), ncb.close()]);
+    await r.close();
+  }
+}
+
+/** The relay in region b reads region a through the WAN (as a relay deployed in b would). */
+function relayConfig(r: Regions): Promise<string> {
+  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), "", `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+}
+
+function startRelay(_r: Regions, config: string): RelayProcess {
+  return new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
+}
+
+/**
+ * Publishes `rate` msgs/s for `seconds` into region a (a `Bench-Sent` header with the send time in
+ * ms), reads them back from DST in region b and returns the lags (store time in b − send time).
+ */
+async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number): Promise<number[]> {
+  const js = jetstream(nca);
+  const total = rate * seconds;
+  const tickMs = 10;
+  const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
+  const started = Date.now();
+  const acks: Promise<unknown>[] = [];
+  for (let sent = 0; sent < total; ) {
+    const due = started + (sent / rate) * 1000;
+    const wait = due - Date.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    for (let i = 0; i < perTick && sent < total; i++, sent++) {
+      const h = headers();
+      h.set("Nats-Msg-Id", `lag-${sent}`);
+      h.set("Bench-Sent", String(Date.now()));
+      acks.push(js.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h }));
+    }
+  }
+  await Promise.all(acks);
+  await timeUntilFull(ncb, "DST", total, 120_000);
+  const lags: number[] = [];
+  const consumer = await jetstream(ncb).consumers.get("DST", { deliver_policy: DeliverPolicy.All });
+  const iter = await consumer.consume();
+  for await (const m of iter) {
+    const sentAt = Number(m.headers?.get("Bench-Sent"));
+    lags.push(m.info.timestampNanos / 1e6 - sentAt);
+    if (m.info.pending === 0) break;
+  }
+  await iter.close();
+  return lags.sort((x, y) => x - y);
+}
+
+const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+
+async function lagRow(servers: LocalBackend, name: string, kind: "native" | "relay", oneWayMs: number, rate: number, seconds: number): Promise<TopologyRow> {
+  const r = await twoClusters(servers, oneWayMs);
+  const nca = await connect({ servers: r.a.urls });
+  const ncb = await connect({ servers: r.b.urls });
+  let proc: RelayProcess | undefined;
+  try {
+    await addStream(nca, "SRC", ["src.>"], R3);
+    if (kind === "native") {
+      await leafnodesUp(r.b);
+      await addStream(ncb, "DST", [], { ...R3, sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
+    } else {
+      await addStream(ncb, "DST", ["src.>"], R3);
+      proc = startRelay(r, await relayConfig(r));
+      // Live before the clock starts: the link has placed its consumer and relayed a first message.
+      const warm = headers();
+      warm.set("Nats-Msg-Id", "warm-up");
+      await jetstream(nca).publish("src.warm", BENCH_PAYLOAD, { headers: warm });
+      await timeUntilFull(ncb, "DST", 1, 60_000);
+      const jsm = await jetstreamManager(ncb);
+      await jsm.streams.purge("DST");
+    }
+    const lags = await measureLag(nca, ncb, rate, seconds);
+    return { name, lagP50Ms: quantile(lags, 0.5), lagP99Ms: quantile(lags, 0.99) };
+  } finally {
+    if (proc) {
+      proc.signal("SIGTERM");
+      await proc.exited;
+    }
+    await Promise.all([nca.close(), ncb.close()]);
+    await r.close();
+  }
+}
+
+export interface TopologyOptions {
+  readonly count: number;
+  /** Row groups to run: r3, r3-wan, lag. */
+  readonly only: ReadonlySet<string>;
+  readonly oneWayMs: number;
+  readonly lagRate: number;
+  readonly lagSeconds: number;
+}
+
+/** Runs the selected rows; each pair (native, relay) on fresh clusters, native first; prints each group as it ends. */
+export async function topologyRows(servers: LocalBackend, o: TopologyOptions): Promise<TopologyRow[][]> {
+  const groups: TopologyRow[][] = [];
+  const add = (group: TopologyRow[]) => {
+    printTopology([group]);
+    groups.push(group);
+  };
+  const rtt = `${2 * o.oneWayMs} ms RTT`;
+  if (o.only.has("r3")) {
+    add([await nativeRow(servers, "R3 loopback: native sourcing", o.count, 0), await relayRow(servers, "R3 loopback: relay", o.count, 0)]);
+  }
+  if (o.only.has("r3-wan")) {
+    add([await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs), await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs)]);
+  }
+  if (o.only.has("lag")) {
+    add([
+      await lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", o.oneWayMs, o.lagRate, o.lagSeconds),
+      await lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", o.oneWayMs, o.lagRate, o.lagSeconds),
+    ]);
+  }
+  return groups;
+}
+
+/** Prints each group with its rates (or lags) as ratios to the group's native row. */
+export function printTopology(groups: readonly TopologyRow[][]): void {
+  for (const [native, ...others] of groups) {
+    if (!native) continue;
+    for (const r of [native, ...others]) {
+      if (r.msgsPerSec !== undefined) {
+        const ratio = native.msgsPerSec ? (r.msgsPerSec / native.msgsPerSec).toFixed(2) : "-";
+        const cpu = r.relayCpu === undefined ? "" : `, relay CPU ${r.relayCpu.toFixed(2)} s per 100k`;
+        const rss = r.peakRssMb === undefined ? "" : `, peak RSS ${r.peakRssMb.toFixed(0)} MB`;
+        console.log(`${r.name.padEnd(40)}${Math.round(r.msgsPerSec).toString().padStart(10)} msgs/s  ${ratio}x native${cpu}${rss}`);
+      } else {
+        const ratio = native.lagP99Ms ? ((r.lagP99Ms ?? NaN) / native.lagP99Ms).toFixed(2) : "-";
+        console.log(`${r.name.padEnd(40)}lag p50 ${(r.lagP50Ms ?? NaN).toFixed(0).padStart(6)} ms, p99 ${(r.lagP99Ms ?? NaN).toFixed(0).padStart(6)} ms  (p99 ${ratio}x native)`);
+      }
+    }
+  }
+}
