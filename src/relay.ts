@@ -1,7 +1,9 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { Registry } from "prom-client";
-import { linkUnits } from "./config/partitions.js";
+import { configHash } from "./config/compile.js";
+import { planReload, unitKeys, unitsOf } from "./config/diff.js";
+import type { ReloadPlan } from "./config/diff.js";
 import type { LinkConfig, RelayConfig } from "./config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "./errors.js";
 import { sleep } from "./lifecycle/backoff.js";
@@ -15,9 +17,14 @@ import type { MemberView } from "./group/membership.js";
 import { leaseKey } from "./group/lease-key.js";
 import { Link } from "./link/link.js";
 import type { LinkStatus } from "./link/link.js";
-import { connectRegion } from "./nats/connect.js";
 import { createMetrics } from "./observability/metrics.js";
 import type { LinkState, RelayMetrics } from "./observability/metrics.js";
+import { RegionConnections, close } from "./relay-connections.js";
+import { PlacementSlots } from "./relay-placement.js";
+import { forgetLinkSeries } from "./relay-reload.js";
+import type { ConfigStatus, ReloadReport } from "./relay-reload.js";
+
+export type { ConfigStatus, ReloadReport } from "./relay-reload.js";
 
 const READY_STATES: ReadonlySet<LinkState> = new Set(["live", "catching-up", "standby"]);
 
@@ -42,6 +49,8 @@ export interface RelayStatus {
   readonly links: readonly LinkStatus[];
   /** The region's group as this relay sees it. */
   readonly group?: GroupStatus;
+  /** The config's hash, when it was loaded, and the last reload. */
+  readonly config?: ConfigStatus;
 }
 
 export interface GroupStatus {
@@ -63,8 +72,8 @@ export type RelayState = "created" | "starting" | "running" | "stopping" | "stop
 export class Relay {
   readonly registry: Registry;
   readonly metrics: RelayMetrics;
-  private readonly connections = new Map<string, NatsConnection>();
-  private readonly links: Link[] = [];
+  private readonly connections: RegionConnections;
+  private links: Link[] = [];
   /** Links not running yet (a region is still connecting) or that could not start. */
   private readonly waiting = new Map<string, { config: LinkConfig; reason: string; failed?: RelayError }>();
   private readonly abort = new AbortController();
@@ -75,18 +84,29 @@ export class Relay {
   /** This process in its region's group: names it in every lease it holds. Never reused. */
   readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   private membership: GroupMembership | undefined;
-  private coordinator: GroupCoordinator | undefined;
+  private joining = false;
+  private readonly placement = new PlacementSlots();
+  private config: RelayConfig;
+  private loaded: { hash: string; at: Date };
+  private lastReload: ReloadReport | undefined;
+  private needsRestart: readonly string[] = [];
+  /** Reloads run one at a time. */
+  private reloading: Promise<unknown> = Promise.resolve();
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
   private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
 
   constructor(
-    private readonly config: RelayConfig,
+    config: RelayConfig,
     private readonly region: string,
     private readonly deps: RelayDeps,
   ) {
+    this.config = config;
     if (!config.regions.has(region)) {
-      throw new RelayError(ErrorCodes.USAGE, `--region ${region}: not in the config (regions: ${[...config.regions.keys()].join(", ")})`);
+      throw new RelayError(
+        ErrorCodes.USAGE,
+        `--region ${region}: not in the config (regions: ${[...config.regions.keys()].join(", ")})`,
+      );
     }
     this.registry = deps.registry ?? new Registry();
     this.metrics = createMetrics(this.registry);
@@ -94,6 +114,15 @@ export class Relay {
     // own region, bound once here; components and links are bound once, on loggers made from it.
     this.regionLogger = deps.logger.child({ region });
     this.logger = this.regionLogger.child({ component: "relay" });
+    this.connections = new RegionConnections({
+      region,
+      regions: () => this.config.regions,
+      logger: this.logger,
+      signal: this.abort.signal,
+    });
+    this.loaded = { hash: configHash(config), at: new Date() };
+    this.metrics.configInfo.set({ hash: this.loaded.hash }, 1);
+    this.metrics.configLoaded.set(this.loaded.at.getTime() / 1000);
   }
 
   get state(): RelayState {
@@ -102,7 +131,7 @@ export class Relay {
 
   /** The links this relay runs: those whose destination is its region, a partitioned link as its partitions. */
   get linkConfigs(): LinkConfig[] {
-    return this.config.links.filter((l) => l.to.region === this.region).flatMap(linkUnits);
+    return unitsOf(this.config, this.region);
   }
 
   /**
@@ -116,31 +145,12 @@ export class Relay {
     this.setState("starting");
     const mine = this.linkConfigs;
     if (mine.length === 0) this.logger.warn("no link has this region as its destination: nothing to do");
-    const regionNames = new Set([this.region, ...mine.map((l) => l.from.region)]);
-    const connecting = new Map<string, Promise<NatsConnection>>();
-    for (const name of regionNames) {
-      const region = this.config.regions.get(name);
-      if (!region) continue;
-      const role = name === this.region ? "local" : "remote";
-      const nc = connectRegion(region, {
-        name: `jetstream-relay/${this.region}/${role}:${name}`,
-        logger: this.logger,
-        signal: this.abort.signal,
-      }).then((c) => {
-        this.connections.set(name, c);
-        return c;
-      });
-      nc.catch(() => undefined); // observed by the links that wait for it
-      connecting.set(name, nc);
-    }
-    const local = connecting.get(this.region);
-    if (local && mine.length > 0) {
-      local.then((nc) => this.joinGroup(nc), () => undefined);
-    }
+    void this.connections.get(this.region); // the local region first: the group and every link need it
+    if (mine.length > 0) this.joinGroup();
     let fatal: unknown;
     const started = Promise.all(
       mine.map((config) =>
-        this.startLink(config, connecting).catch((err: unknown) => {
+        this.startLink(config).catch((err: unknown) => {
           fatal ??= err;
         }),
       ),
@@ -150,8 +160,17 @@ export class Relay {
     if (!this.abort.signal.aborted) this.setState("running");
   }
 
-  /** Joins the region's group: members are seen, and links are placed over them (DESIGN §9). */
-  private joinGroup(nc: NatsConnection): void {
+  /** Joins the region's group once its connection is up: members are seen, and links placed over them (DESIGN §9). */
+  private joinGroup(): void {
+    if (this.joining) return;
+    this.joining = true;
+    this.connections.get(this.region)?.then(
+      (nc) => this.startGroup(nc),
+      () => undefined,
+    );
+  }
+
+  private startGroup(nc: NatsConnection): void {
     if (this.abort.signal.aborted || this.membership) return;
     const { group } = this.config;
     const domain = this.config.regions.get(this.region)?.domain;
@@ -165,20 +184,25 @@ export class Relay {
       renewMs: group.renewMs,
       logger: this.regionLogger.child({ component: "group" }),
     });
-    this.coordinator = new GroupCoordinator(this.membership, self, this.regionLogger.child({ component: "group" }), (members) => this.metrics.groupMembers.set(members.length));
-    for (const link of this.links) this.coordinator.add(link.placed);
+    const membership = this.membership;
+    const logger = this.regionLogger.child({ component: "group" });
+    this.placement.start(new GroupCoordinator(membership, self, logger, (members) => this.metrics.groupMembers.set(members.length)));
     this.membership.start();
   }
 
-  private async startLink(config: LinkConfig, connecting: ReadonlyMap<string, Promise<NatsConnection>>): Promise<void> {
+  private async startLink(config: LinkConfig): Promise<void> {
     const sourceRegion = this.config.regions.get(config.from.region);
-    const sourceConn = connecting.get(config.from.region);
-    const destConn = connecting.get(this.region);
+    const sourceConn = this.connections.get(config.from.region);
+    const destConn = this.connections.get(this.region);
     if (!sourceRegion || !sourceConn || !destConn) return;
-    this.waiting.set(config.name, { config, reason: `connecting to regions ${config.from.region} and ${this.region}` });
+    const entry = { config, reason: `connecting to regions ${config.from.region} and ${this.region}` };
+    this.waiting.set(config.name, entry);
+    // A reload that removes or changes the link meanwhile takes its entry away: this start is called off.
+    const cancelled = () => this.abort.signal.aborted || this.waiting.get(config.name) !== entry;
+    let link: Link | undefined;
     try {
       const [source, dest] = await Promise.all([sourceConn, destConn]);
-      if (this.abort.signal.aborted) return;
+      if (cancelled()) return;
       const logger = this.regionLogger.child({ component: "link", link: config.name });
       const guard = await createGuard(config.guard, {
         logger: this.regionLogger.child({ component: "guard", link: config.name }),
@@ -186,6 +210,7 @@ export class Relay {
         linkName: config.name,
         fence: leaseKey(config),
       });
+      if (cancelled()) return;
       const destDomain = this.config.regions.get(this.region)?.domain;
       const lease = new LinkLease({
         nc: dest,
@@ -198,13 +223,14 @@ export class Relay {
         logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
-          if (reason !== "renewed-late") this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
+          if (reason !== "renewed-late")
+            this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
         },
       });
       // Placement decides who takes it: not this relay until it has seen its group.
       lease.setEligible(false);
       this.metrics.linkOwner.set({ link: config.name }, 0);
-      const link = new Link({
+      link = new Link({
         config,
         links: this.config.links,
         sourceRegion,
@@ -220,13 +246,17 @@ export class Relay {
       });
       this.links.push(link);
       this.waiting.delete(config.name);
-      this.coordinator?.add(link.placed);
+      this.placement.attach(link, link.placed);
       await link.start();
     } catch (err) {
-      if (this.abort.signal.aborted) return;
+      if (this.abort.signal.aborted || (!link && this.waiting.get(config.name) !== entry)) return;
+      if (link) await this.dropLink(link, AbortSignal.abort(), false);
       const relayErr = toRelayError(err);
       this.waiting.set(config.name, { config, reason: relayErr.message, failed: relayErr });
-      this.logger.error({ link: config.name, code: relayErr.code, err: relayErr.message }, "link cannot start");
+      this.logger.error(
+        { link: config.name, code: relayErr.code, err: relayErr.message },
+        "link cannot start",
+      );
       throw relayErr;
     }
   }
@@ -239,15 +269,135 @@ export class Relay {
       // Leave the group first: the others place this relay's links on themselves while it drains, and
       // take each lease the moment it is released.
       // (Its key's delete goes out at once; an unreachable bucket does not hold up the drain.)
-      this.coordinator?.stop();
+      this.placement.stop();
       const leaving = this.membership?.stop();
       await Promise.all(this.links.map((l) => l.stop(signal)));
+      await this.reloading; // a reload's drains end with the relay's (it starts nothing once stopping)
+      await Promise.all(this.links.map((l) => l.stop(signal)));
       await leaving;
-      await Promise.all([...this.connections.values()].map((nc) => nc.drain().catch(() => nc.close())));
+      await this.connections.closeAll();
       this.setState("stopped");
       this.resolveClosed();
     })();
     return this.stopping;
+  }
+
+  /**
+   * Applies a new config, loaded and validated, without a restart (config/diff.ts says what applies
+   * live): removed and changed links drain and stop, releasing their leases; new links start, changed
+   * ones again with the new config; the others are not touched. One reload at a time. Rejects, changing
+   * nothing, when `next` lacks this relay's region or the relay is not running.
+   */
+  reload(next: RelayConfig, trigger = "api"): Promise<ReloadReport> {
+    const run = this.reloading.then(() => this.applyReload(next, trigger));
+    this.reloading = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Records a reload that failed before it got here (unreadable or invalid file): nothing changed. */
+  reloadFailed(err: unknown, trigger: string): ReloadReport {
+    const e = toRelayError(err);
+    this.lastReload = { at: new Date().toISOString(), trigger, result: "failure", error: e.message };
+    this.metrics.configReloads.inc({ result: "failure" });
+    this.logger.error(
+      { trigger, code: e.code, err: e.message },
+      "config reload failed: nothing changed, the running config stays",
+    );
+    return this.lastReload;
+  }
+
+  private async applyReload(next: RelayConfig, trigger: string): Promise<ReloadReport> {
+    if (this.current !== "running")
+      throw new RelayError(ErrorCodes.USAGE, `cannot reload the config: the relay is ${this.current}`);
+    let plan: ReloadPlan;
+    try {
+      plan = planReload(this.config, next, this.region);
+    } catch (err) {
+      this.reloadFailed(err, trigger);
+      throw err;
+    }
+    const at = new Date();
+    this.deps.logger.level = next.log.level;
+    this.config = plan.effective;
+    for (const path of plan.needsRestart)
+      this.logger.warn({ path }, `needs a restart: ${path} (the running value is kept until then)`);
+    // What goes or changes stops: a start still waiting is called off, a running link drains (within shutdown.grace).
+    const drain = AbortSignal.timeout(next.shutdownGraceMs);
+    const stopping = new Set([...plan.removed, ...plan.changed.map((u) => u.name)]);
+    const keys = new Set<string>();
+    const stops: Promise<void>[] = [];
+    for (const name of stopping) {
+      const waiting = this.waiting.get(name);
+      if (waiting) keys.add(leaseKey(waiting.config));
+      this.waiting.delete(name);
+      for (const link of this.links.filter((l) => l.name === name)) {
+        keys.add(link.placed.unit);
+        stops.push(this.dropLink(link, drain, plan.removed.includes(name)));
+      }
+    }
+    this.placement.prune(unitKeys(this.config, this.region));
+    // A source region with new connection settings: its links (all changed) get a new connection.
+    const replaced = plan.reconnect.map((r) => this.connections.forget(r));
+    // A unit taking over a name or lease key that is stopping starts after the stop; the others at once.
+    const starts: Promise<void>[] = [];
+    const later: LinkConfig[] = [];
+    for (const unit of [...plan.added, ...plan.changed]) {
+      if (stopping.has(unit.name) || keys.has(leaseKey(unit))) later.push(unit);
+      else starts.push(this.startLink(unit).catch(() => undefined));
+    }
+    if (this.linkConfigs.length > 0) this.joinGroup();
+    await Promise.all(stops);
+    const used = new Set([this.region, ...this.linkConfigs.map((u) => u.from.region)]);
+    const unused = this.connections
+      .names()
+      .filter((r) => !used.has(r))
+      .map((r) => this.connections.forget(r));
+    await Promise.all([...replaced, ...unused].map(close));
+    starts.push(...later.map((u) => this.startLink(u).catch(() => undefined)));
+    await Promise.race([Promise.all(starts), sleep(this.deps.startWaitMs ?? 5_000, this.abort.signal)]);
+
+    const hash = configHash(next);
+    const result = plan.needsRestart.length > 0 ? "partial" : "success";
+    const names = (units: readonly LinkConfig[]) => units.map((u) => u.name);
+    const report: ReloadReport = {
+      at: at.toISOString(),
+      trigger,
+      result,
+      added: names(plan.added),
+      removed: [...plan.removed],
+      changed: names(plan.changed),
+      unchanged: [...plan.unchanged],
+      needsRestart: [...plan.needsRestart],
+    };
+    this.loaded = { hash, at };
+    this.lastReload = report;
+    this.needsRestart = plan.needsRestart;
+    this.metrics.configReloads.inc({ result });
+    this.metrics.configInfo.reset();
+    this.metrics.configInfo.set({ hash }, 1);
+    this.metrics.configLoaded.set(at.getTime() / 1000);
+    const counts = `${plan.added.length} added, ${plan.removed.length} removed, ${plan.changed.length} changed, ${plan.unchanged.length} unchanged`;
+    this.logger.info(
+      { ...report, hash, tookMs: Date.now() - at.getTime() },
+      `config reloaded (${result}): ${counts}`,
+    );
+    return report;
+  }
+
+  /** Stops a link (after a drain until `signal`) and takes it out; `forget`: its metric series too. */
+  private async dropLink(link: Link, signal: AbortSignal, forget: boolean): Promise<void> {
+    this.placement.detach(link);
+    await link
+      .stop(signal)
+      .catch((err: unknown) =>
+        this.logger.warn({ link: link.name, err: toRelayError(err).message }, "link did not stop cleanly"),
+      );
+    this.links = this.links.filter((l) => l !== link);
+    if (!forget) return;
+    // A stopped link writes no series any more (a backlog reading that returns late is dropped).
+    await forgetLinkSeries(this.registry, link.name).catch((err: unknown) =>
+      this.logger.warn({ link: link.name, err: toRelayError(err).message }, "could not remove the link's metrics"),
+    );
   }
 
   closed(): Promise<void> {
@@ -261,11 +411,17 @@ export class Relay {
       startedAt: this.startedAt.toISOString(),
       links: [...this.links.map((l) => l.status()), ...placeholders],
       ...(this.membership ? { group: this.groupStatus(this.membership) } : {}),
+      config: {
+        hash: this.loaded.hash,
+        loadedAt: this.loaded.at.toISOString(),
+        ...(this.needsRestart.length > 0 ? { needsRestart: this.needsRestart } : {}),
+        ...(this.lastReload ? { lastReload: this.lastReload } : {}),
+      },
     };
   }
 
   private groupStatus(membership: GroupMembership): GroupStatus {
-    const placement = this.coordinator?.placement() ?? new Map<string, string>();
+    const placement = this.placement.placement();
     const names = new Map(this.links.map((l) => [l.placed.unit, l.name]));
     return {
       bucket: this.config.group.bucket,
@@ -273,7 +429,10 @@ export class Relay {
       name: this.deps.memberName ?? hostname(),
       members: membership.members.map((m) => ({
         ...m,
-        placed: [...placement].filter(([, id]) => id === m.id).map(([unit]) => names.get(unit) ?? unit).sort(),
+        placed: [...placement]
+          .filter(([, id]) => id === m.id)
+          .map(([unit]) => names.get(unit) ?? unit)
+          .sort(),
       })),
     };
   }

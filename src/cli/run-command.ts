@@ -1,5 +1,6 @@
-import { loadConfig } from "../config/load.js";
 import { secretsOf } from "../config/redact.js";
+import { ConfigReloader, readConfigFile } from "../config/reloader.js";
+import type { RelayConfig } from "../config/types.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger } from "../observability/logger.js";
@@ -13,8 +14,17 @@ export const runSpec: CommandSpec = {
   usage: "jetstream-relay run --config FILE --region NAME [--http HOST:PORT]",
   options: {
     config: { type: "string", short: "c", description: "config file (YAML)", env: "RELAY_CONFIG" },
-    region: { type: "string", short: "r", description: "this relay's region: the destination of its links", env: "RELAY_REGION" },
-    http: { type: "string", description: "override http.listen (HOST:PORT; port 0 picks a free one)", env: "RELAY_HTTP" },
+    region: {
+      type: "string",
+      short: "r",
+      description: "this relay's region: the destination of its links",
+      env: "RELAY_REGION",
+    },
+    http: {
+      type: "string",
+      description: "override http.listen (HOST:PORT; port 0 picks a free one)",
+      env: "RELAY_HTTP",
+    },
   },
 };
 
@@ -26,42 +36,69 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   }
   const configPath = requireString(runSpec, values, "config");
   const region = requireString(runSpec, values, "region");
-  const config = await loadConfig(configPath);
+  const { config, digest } = await readConfigFile(configPath);
   const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
   const relay = new Relay(config, region, { logger });
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
+  // What a config reload changes outside the relay: the token and protectMetrics (read per request),
+  // and the shutdown grace (the handlers are installed again). http.listen needs a restart.
+  let current: RelayConfig = config;
   const http = new HttpServer({
     host,
     port,
     source: override === undefined ? `http.listen (${configPath})` : "--http",
-    ...(config.http.token === undefined ? {} : { token: config.http.token }),
-    protectMetrics: config.http.protectMetrics,
+    get token() {
+      return current.http.token;
+    },
+    get protectMetrics() {
+      return current.http.protectMetrics;
+    },
     registry: relay.registry,
     status: () => relay.status(),
     ready: () => relay.readiness(),
   });
   const boundPort = await http.start();
   logger.info({ host, port: boundPort }, "http listening: /metrics /healthz /readyz /status");
-  const done = new Promise<number>((resolve) => {
+  let exit!: (code: number) => void;
+  const done = new Promise<number>((resolve) => (exit = resolve));
+  const reloader = new ConfigReloader({
+    path: configPath,
+    target: relay,
+    logger: logger.child({ region, component: "relay" }),
+    onApplied: (next) => {
+      const graceChanged = next.shutdownGraceMs !== current.shutdownGraceMs;
+      current = next;
+      if (graceChanged) {
+        uninstall();
+        uninstall = shutdown();
+      }
+    },
+  });
+  const shutdown = () =>
     installShutdown({
-      graceMs: config.shutdownGraceMs,
+      graceMs: current.shutdownGraceMs,
       logger,
       drain: async (deadline) => {
+        reloader.stop(); // a SIGHUP while draining is ignored (its handler stays: the default would end the process)
         await relay.stop(deadline);
         await http.stop();
       },
-      exit: resolve,
+      exit,
     });
-  });
+  // SIGHUP reloads the config (without a handler it would end the process); one at a time.
+  const onHangup = () => void reloader.request("SIGHUP");
+  process.on("SIGHUP", onHangup);
+  let uninstall = shutdown();
   try {
     await relay.start();
   } catch (err) {
+    reloader.stop();
+    process.off("SIGHUP", onHangup);
     await relay.stop(AbortSignal.timeout(2_000));
     await http.stop();
     throw err;
   }
+  reloader.start(config, digest);
   return done;
 }
-
-

@@ -35,13 +35,22 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
     console.log(JSON.stringify(status, null, 2));
     return 0;
   }
-  console.log(`relay region ${status.region}, started ${status.startedAt}`);
+  console.log(`relay region ${status.region}, started ${status.startedAt}${configHeader(status)}`);
   console.log(formatTable(status));
   const errors = formatErrors(status, process.stdout.columns || 100);
   if (errors) console.log(`\n${errors}`);
   if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
   return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
+}
+
+/** `, config <hash> loaded <time>` and a reload that failed or waits for a restart (a relay before reloads has none). */
+export function configHeader(status: RelayStatus): string {
+  const c = status.config;
+  if (!c) return "";
+  const last = c.lastReload?.result === "failure" ? ` (last reload at ${c.lastReload.at} failed)` : "";
+  const restart = c.needsRestart?.length ? ` (needs a restart: ${c.needsRestart.join(", ")})` : "";
+  return `, config ${c.hash} loaded ${c.loadedAt}${last}${restart}`;
 }
 
 /** `--url`: an http(s) URL, or a USAGE error naming the flag. */

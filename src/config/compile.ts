@@ -2,8 +2,10 @@
  * Validated config (schema.ts output) → the frozen, fully-defaulted `RelayConfig` (types.ts).
  * All defaults live here, in `DEFAULTS` and `DEFAULT_STRIP_HEADERS`.
  */
+import { createHash } from "node:crypto";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { DEFAULT_STRIP_HEADERS } from "../link/headers.js";
+import { REDACTED, redactUrl } from "./redact.js";
 import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema.js";
 import type {
   BadMessagePolicy,
@@ -46,6 +48,8 @@ export const DEFAULTS = Object.freeze({
   maxHops: 8,
   onGap: "continue",
   idTtlMs: 3_600_000,
+  /** guard.redis.waitTimeout: how long a commit waits for its replicas. */
+  redisWaitTimeoutMs: 1_000,
   /** The guard's claim TTL is this many times the link's ack wait. */
   claimTtlAckWaitFactor: 2,
   httpHost: "127.0.0.1",
@@ -180,10 +184,20 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
       ...(r.url === undefined ? {} : { url: r.url }),
       ...(r.sentinel === undefined
         ? {}
-        : { sentinel: { name: r.sentinel.name, nodes: [...r.sentinel.nodes] } }),
+        : {
+            sentinel: {
+              name: r.sentinel.name,
+              nodes: [...r.sentinel.nodes],
+              ...(r.sentinel.username === undefined ? {} : { username: r.sentinel.username }),
+              ...(r.sentinel.password === undefined ? {} : { password: r.sentinel.password }),
+            },
+          }),
       ...(r.cluster === undefined ? {} : { cluster: { nodes: [...r.cluster.nodes] } }),
+      ...(r.username === undefined ? {} : { username: r.username }),
       ...(r.password === undefined ? {} : { password: r.password }),
       ...(tls === undefined ? {} : { tls }),
+      waitReplicas: r.waitReplicas ?? 0,
+      waitTimeoutMs: r.waitTimeout ?? DEFAULTS.redisWaitTimeoutMs,
     };
     store = redis;
   } else if (g.memory === true) {
@@ -193,7 +207,11 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
   }
   const versions =
     g.versions?.entity !== undefined && g.versions.version !== undefined
-      ? { entity: g.versions.entity, version: g.versions.version }
+      ? {
+          entity: g.versions.entity,
+          version: g.versions.version,
+          ...(g.versions.expectedEntities === undefined ? {} : { expectedEntities: g.versions.expectedEntities }),
+        }
       : undefined;
   return {
     store,
@@ -266,5 +284,43 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       leaseMs: parsed.group?.lease ?? DEFAULTS.leaseMs,
       renewMs: parsed.group?.renew ?? DEFAULTS.leaseRenewMs,
     },
+    reload: { watch: parsed.reload?.watch ?? false },
   });
+}
+
+/**
+ * JSON with object keys sorted and Maps written as objects: two configs that mean the same give the
+ * same text (what a config reload compares links by, and what the config hash is taken over).
+ * `replace` may substitute a value by its key (e.g. to leave secrets out).
+ */
+export function canonicalJson(value: unknown, replace?: (key: string, value: unknown) => unknown): string {
+  const walk = (v: unknown): unknown => {
+    if (v instanceof Map) v = Object.fromEntries(v);
+    if (Array.isArray(v)) return v.map(walk);
+    if (typeof v !== "object" || v === null) return v;
+    const out: Record<string, unknown> = {};
+    for (const key of Object.keys(v).sort()) {
+      const item = (v as Record<string, unknown>)[key];
+      if (item === undefined) continue;
+      out[key] = walk(replace ? replace(key, item) : item);
+    }
+    return out;
+  };
+  return JSON.stringify(walk(value));
+}
+
+/**
+ * The config's hash as `/status` and `relay_config_info{hash}` show it: sha256 of its canonical JSON,
+ * 16 hex digits. Secrets are left out (tokens, passwords, URL credentials): the hash is published,
+ * and a short secret could be guessed from it. So a change of a secret alone leaves the hash as it was
+ * (the reload still applies it).
+ */
+export function configHash(config: RelayConfig): string {
+  const text = canonicalJson(config, (key, value) => {
+    if ((key === "token" || key === "password") && typeof value === "string") return REDACTED;
+    if (typeof value === "string" && value.includes("@")) return redactUrl(value);
+    if (Array.isArray(value)) return value.map((item) => (typeof item === "string" && item.includes("@") ? redactUrl(item) : item));
+    return value;
+  });
+  return createHash("sha256").update(text).digest("hex").slice(0, 16);
 }

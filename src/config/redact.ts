@@ -181,6 +181,7 @@ export function secretsOf(config: RelayConfig): string[] {
     if (s?.kind === "redis") {
       if (s.url !== undefined) found.push(...urlSecrets(s.url));
       if (s.password !== undefined) found.push(s.password);
+      if (s.sentinel?.password !== undefined) found.push(s.sentinel.password);
     }
   }
   return uniqueLongestFirst(found);

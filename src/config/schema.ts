@@ -344,10 +344,18 @@ const RedisSchema = obj({
   sentinel: obj({
     name: nonEmptyString,
     nodes: list(hostPort, "must list at least one sentinel"),
+    /** The sentinels' own ACL user and password (Sentinel's requirepass / ACL), apart from the data nodes'. */
+    username: nonEmptyString.optional(),
+    password: secretString.optional(),
   }).optional(),
   cluster: obj({ nodes: list(hostPort, "must list at least one node") }).optional(),
+  /** ACL user (Redis 6+); the password is then that user's. */
+  username: nonEmptyString.optional(),
   password: secretString.optional(),
   tls: TlsSchema.optional(),
+  /** A commit counts once WAIT reports this many replicas (0: no WAIT). */
+  waitReplicas: integer(0, 16).optional(),
+  waitTimeout: duration({ allowZero: false }).optional(),
 });
 
 const GuardSchema = obj({
@@ -355,7 +363,12 @@ const GuardSchema = obj({
   memory: boolean.optional(),
   idTtl: duration({ allowZero: false }).optional(),
   claimTtl: duration({ allowZero: false }).optional(),
-  versions: obj({ entity: fieldSource.optional(), version: fieldSource.optional() }).optional(),
+  versions: obj({
+    entity: fieldSource.optional(),
+    version: fieldSource.optional(),
+    /** Sizes the Redis layout of versions (hashes of ~64 entities each); fixed for a scope when first used. */
+    expectedEntities: integer(1, 1_000_000_000_000).optional(),
+  }).optional(),
   strict: boolean.optional(),
 });
 
@@ -431,6 +444,7 @@ export const ConfigSchema = obj({
     lease: duration({ allowZero: false }).optional(),
     renew: duration({ allowZero: false }).optional(),
   }).optional(),
+  reload: obj({ watch: boolean.optional() }).optional(),
 });
 
 export type ParsedConfig = z.output<typeof ConfigSchema>;

@@ -33,10 +33,22 @@ export interface RedisGuardConnection {
   readonly kind: "redis";
   /** One of url / sentinel / cluster is set. */
   readonly url?: string;
-  readonly sentinel?: { readonly name: string; readonly nodes: readonly string[] };
+  readonly sentinel?: {
+    readonly name: string;
+    readonly nodes: readonly string[];
+    /** The sentinels' own credentials (a secret), apart from the data nodes'. */
+    readonly username?: string;
+    readonly password?: string;
+  };
   readonly cluster?: { readonly nodes: readonly string[] };
+  /** ACL user of the data nodes (Redis 6+). */
+  readonly username?: string;
   readonly password?: string;
   readonly tls?: TlsConfig;
+  /** A commit counts only once WAIT reports this many replicas (0 or absent: commits are not waited for). */
+  readonly waitReplicas?: number;
+  /** How long one WAIT may take before the commit counts as failed (ms; compiled configs always set it). */
+  readonly waitTimeoutMs?: number;
 }
 
 export interface GuardConfig {
@@ -46,7 +58,12 @@ export interface GuardConfig {
   readonly idTtlMs: number;
   /** How long an uncommitted claim lives (ms); defaults to 2 × the link's ack wait. */
   readonly claimTtlMs: number;
-  readonly versions?: { readonly entity: FieldSource; readonly version: FieldSource };
+  readonly versions?: {
+    readonly entity: FieldSource;
+    readonly version: FieldSource;
+    /** Sizes the Redis guard's version hashes (default 1,000,000); a scope keeps the size it was created with. */
+    readonly expectedEntities?: number;
+  };
   /** Refuse to start when Redis does not persist versions (no AOF). */
   readonly strict: boolean;
 }
@@ -115,4 +132,6 @@ export interface RelayConfig {
    * bucket of the destination region (DESIGN §9).
    */
   readonly group: { readonly bucket: string; readonly leaseMs: number; readonly renewMs: number };
+  /** Reloading the file while running (`SIGHUP` always reloads it): `watch` also reloads when it changes. */
+  readonly reload: { readonly watch: boolean };
 }

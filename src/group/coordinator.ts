@@ -44,6 +44,13 @@ export class GroupCoordinator {
     this.apply(this.membership.members, "link started");
   }
 
+  /** Drops a link the config no longer has; the others are placed again without it. */
+  remove(unit: string): void {
+    if (!this.units.delete(unit)) return;
+    this.preferred.delete(unit);
+    this.apply(this.membership.members, "link removed");
+  }
+
   /** Placement stops steering the links (the relay is stopping: its links drain and release on their own). */
   stop(): void {
     this.stopped = true;

@@ -160,12 +160,53 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "reason"] as const,
       registers,
     }),
+    guardUnsafe: new Gauge({
+      name: "relay_guard_unsafe",
+      help: "1 per reason the link's guard Redis is unsafe to rely on (no_aof, eviction, replication), 0 otherwise; checked at start, after reconnects and every minute",
+      labelNames: ["link", "reason"] as const,
+      registers,
+    }),
+    guardStateLost: new Gauge({
+      name: "relay_guard_state_lost",
+      help: "1 while the link is paused because its guard lost its memory (GUARD_STATE_LOST: the scope marker is gone), until an operator resumes or resyncs it",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     groupMembers: new Gauge({
       name: "relay_group_members",
       help: "Live relays in this relay's region group, as this relay sees them (0: it cannot reach the group bucket)",
       registers,
     }),
+    configReloads: zeroed(
+      new Counter({
+        name: "relay_config_reloads_total",
+        help: "Config reloads (SIGHUP or file watch), by result: success, partial (applied, but some settings need a restart), failure (nothing changed)",
+        labelNames: ["result"] as const,
+        registers,
+      }),
+      RELOAD_RESULTS,
+    ),
+    configInfo: new Gauge({
+      name: "relay_config_info",
+      help: "1, labelled with the hash of the config the relay last loaded (as /status shows it)",
+      labelNames: ["hash"] as const,
+      registers,
+    }),
+    configLoaded: new Gauge({
+      name: "relay_config_loaded_timestamp_seconds",
+      help: "When the relay last loaded its config (at start, or a successful reload), in seconds since the epoch",
+      registers,
+    }),
   };
+}
+
+export const RELOAD_RESULTS = ["success", "partial", "failure"] as const;
+export type ReloadResult = (typeof RELOAD_RESULTS)[number];
+
+/** Every result's series from the start (at 0), so an alert on failures has a series to compare with. */
+function zeroed<T extends Counter<"result">>(counter: T, results: readonly string[]): T {
+  for (const result of results) counter.inc({ result }, 0);
+  return counter;
 }
 
 export type RelayMetrics = ReturnType<typeof createMetrics>;

@@ -97,7 +97,7 @@ void describe("valid configs", () => {
       maxHops: 3,
       durableName: "relay-orders-custom",
       guard: {
-        store: { kind: "redis", url: "redis://:redis-password-default@redis:6379/0" },
+        store: { kind: "redis", url: "redis://:redis-password-default@redis:6379/0", waitReplicas: 1, waitTimeoutMs: 500 },
         idTtlMs: 7_200_000,
         claimTtlMs: 90_000,
         versions: {
@@ -123,13 +123,18 @@ void describe("valid configs", () => {
 
     assert.deepEqual(c.links[3]?.guard?.store, {
       kind: "redis",
-      sentinel: { name: "relay-master", nodes: ["s1:26379", "s2:26379"] },
-      password: "sentinel-password-default",
+      sentinel: { name: "relay-master", nodes: ["s1:26379", "s2:26379"], username: "sentinel-user", password: "sentinel-password-default" },
+      username: "relay",
+      password: "redis-password-default",
       tls: { caFile: "/etc/relay/redis-ca.pem" },
+      waitReplicas: 0,
+      waitTimeoutMs: 1_000,
     });
     assert.deepEqual(c.links[4]?.guard?.store, {
       kind: "redis",
       cluster: { nodes: ["r1:6379", "r2:6379", "r3:6379"] },
+      waitReplicas: 0,
+      waitTimeoutMs: 1_000,
     });
 
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9999, protectMetrics: false });
@@ -394,7 +399,7 @@ links:
 
   void it("rejects __proto__ like any other unknown key", () => {
     const err = configError(() => parse(BASE + "__proto__: { polluted: true }\n"));
-    assert.deepEqual(err.problems, ["__proto__: unknown key (allowed: regions, links, http, log, shutdown, group)"]);
+    assert.deepEqual(err.problems, ["__proto__: unknown key (allowed: regions, links, http, log, shutdown, group, reload)"]);
     assert.equal((Object.prototype as Record<string, unknown>).polluted, undefined);
   });
 
