@@ -1,7 +1,7 @@
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/**", "node_modules/**", "deploy/**", "coverage/**"] },
+  { ignores: ["dist/**", "node_modules/**", "deploy/**", "coverage/**", ".tools/**", "bench/profiles/**"] },
   ...tseslint.configs.recommended,
   {
     files: ["**/*.ts"],
