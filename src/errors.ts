@@ -34,8 +34,18 @@ export const ErrorCodes = {
   DESTINATION_MISMATCH: "DESTINATION_MISMATCH",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
-  /** The guard's Redis does not persist versions and `guard.strict` is set. */
+  /**
+   * `guard.strict` is set and the guard's Redis does not keep what it writes: no AOF, or a
+   * maxmemory-policy that can evict the guard's keys. (Too few replicas for `waitReplicas` under
+   * `strict` is GUARD_UNAVAILABLE: the link waits for them.)
+   */
   GUARD_NOT_DURABLE: "GUARD_NOT_DURABLE",
+  /**
+   * The guard's memory is gone: its scope marker has no entry for a link whose consumer has acked
+   * messages (Redis flushed, restarted empty, failed over to a replica without the data). The link
+   * pauses until an operator runs `jetstream-relay guard resume` (accept, or `--resync`). Not retried.
+   */
+  GUARD_STATE_LOST: "GUARD_STATE_LOST",
   /**
    * The guard refused a claim or commit made under an older lease epoch than one it has seen for the
    * link: another relay of the group owns the link now (this one was paused past its lease).

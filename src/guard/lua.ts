@@ -1,51 +1,45 @@
 /**
- * The guard's Redis key layout and its three Lua scripts (claim, commit, release). Each script
- * handles a whole batch, so each guard call is ONE round trip (an EVALSHA, or an EVAL the first
- * time a connection uses the script).
+ * The guard's Lua scripts (claim, commit, release, and a version read used on Redis Cluster). The
+ * key layout they work on is described in layout.ts. Each script handles every item of one slot
+ * group of a batch, so a batch costs one call per group: one call on a single Redis or Sentinel.
  *
- * Key layout. DESIGN §3 speaks of "a hash tag per entity"; but a script may only touch keys of one
- * Redis Cluster slot, and one script covers a whole batch with many entities, so the hash tag is
- * the guard's scope (`<destination region>:<destination stream>`) instead: every key of a scope
- * lives in one slot. The cost is that one destination stream's guard state sits on one shard.
+ * Every key a script touches is in KEYS (the client builds them, see redis-guard.ts); per-item data
+ * travels packed in a few ARGV strings: digests as fixed-width binary (16 bytes per id, 8 per
+ * entity), the rest "\n"-terminated. Values are compared as Lua numbers (doubles), which is exact for
+ * the JS numbers the relay passes; versions are returned as the stored strings, because Redis would
+ * truncate a Lua number reply to an integer.
  *
- *   relay:{<scope>}:id:<id>       "c:<token>" (claimed, TTL claimTtl) | "d" (done, TTL idTtl)
- *   relay:{<scope>}:ver:<entity>  last committed version, no TTL (it must outlive every id)
- *   relay:{<scope>}:epoch:<fence> the newest lease epoch seen for a link (its lease key), no TTL
+ * Two replies change nothing and ask the client to act: {'F', newest} (the caller's lease epoch is
+ * older than the newest the group has seen: fenced) and {'M'} (the caller's copy of the bucket
+ * directory is out of date: reload and retry).
  *
- * Packed arguments. A batch travels as ONE argument, its items' fields separated by "\n" (ids and
- * entities come from header values and subject tokens, which cannot hold a newline; the guard
- * refuses one that does), and the scripts build the key names from the scope's prefix, passed as
- * KEYS[1]. Passing every key and field as its own argument made the client encode a thousand
- * arguments per call, which cost more CPU than the rest of the guard together. Every key a script
- * builds carries the scope's hash tag, so it is in KEYS[1]'s slot: Redis Cluster routes the call by
- * KEYS[1] and the script only touches keys of that slot.
- *
- * Values are compared as Lua numbers (doubles), which is exact for the JS numbers the relay passes.
- * Versions are returned as the stored strings, not as numbers, because Redis would truncate a Lua
- * number reply to an integer.
+ * The previous layout (one key per id `relay:{<scope>}:id:<id>` = "d" | "c:<token>", one per entity
+ * `relay:{<scope>}:ver:<entity>`) stays readable in group 0, whose hash tag it shares: a claim key
+ * IS the previous id key (its "d" means committed, and claims are seen both ways), and the previous
+ * version key is read and, when it exists, advanced with the new one (relays of the previous version
+ * still running see the versions advance). It is never created.
  */
 
 import type { GuardDecision } from "./types.js";
+import { BUCKET_FILL, BUCKET_TARGET, MAX_FANOUT } from "./layout.js";
 
+/** The previous layout's key names (still used by the in-memory guard, which mirrors its semantics). */
 export interface GuardKeys {
-  /** `relay:{<scope>}:`: every key of the scope starts with it (KEYS[1] of every script). */
+  /** `relay:{<scope>}:`: every key of the scope starts with it. */
   readonly prefix: string;
   readonly id: (id: string) => string;
   readonly version: (entity: string) => string;
 }
 
 export function guardKeys(scope: string): GuardKeys {
-  // An empty tag "{}" would make Redis hash the whole key, scattering a batch over slots.
   if (scope.length === 0) throw new Error("guard scope must not be empty");
   const prefix = `relay:{${scope}}:`;
   return { prefix, id: (id) => `${prefix}id:${id}`, version: (entity) => `${prefix}ver:${entity}` };
 }
 
-/** Field separator of the packed batch argument. */
-export const FIELD_SEPARATOR = "\n";
-
-/** Value of a key claimed with `token`. The "c:" prefix keeps a claim distinguishable from "d". */
+/** Value of a claim key claimed with `token`. The "c:" prefix keeps a claim distinguishable from "d". */
 export const claimValue = (token: string): string => `c:${token}`;
+/** The previous layout's "done" value of an id key (the in-memory guard still stores it). */
 export const DONE_VALUE = "d";
 
 /** Decision codes in the claim script's reply. */
@@ -56,202 +50,352 @@ export const DECISION_CODES: Readonly<Record<string, GuardDecision>> = {
   i: "in-flight",
 };
 
-/** Reads the packed batch ARGV[idx] field by field ("\n"-terminated). */
+export const FENCED_REPLY = "F";
+export const DIRECTORY_REPLY = "M";
+
+/** Reads a "\n"-terminated packed string field by field: `local next = reader(s)`. */
 const READER = `
-local packed = ARGV[PACKED_ARG]
-local pos = 1
-local function field()
-  local e = string.find(packed, '\\n', pos, true)
-  local f = string.sub(packed, pos, e - 1)
-  pos = e + 1
-  return f
+local function reader(packed)
+  local pos = 1
+  return function()
+    local e = string.find(packed, '\\n', pos, true)
+    local f = string.sub(packed, pos, e - 1)
+    pos = e + 1
+    return f
+  end
 end
-local prefix = KEYS[1]
 `;
 
-const withReader = (argIndex: number, body: string): string => READER.replace("PACKED_ARG", String(argIndex)) + body;
-
 /**
- * The lease-epoch fence, first thing in claim and commit: ARGV[EPOCH] is the caller's epoch ("" when
- * it has none), ARGV[EPOCH + 1] the fence name. An epoch older than the newest seen returns
+ * The lease-epoch fence of the group, first thing in claim and commit: ARGV[1] is the caller's epoch
+ * ("" when it has none), KEYS[2] the group's fence key. An epoch older than the newest seen returns
  * {'F', newest} and changes nothing; a newer one becomes the newest.
  */
-const fence = (epochArg: number, fenced: string): string => `
-if ARGV[${epochArg}] ~= '' then
-  local fenceKey = prefix .. 'epoch:' .. ARGV[${epochArg + 1}]
-  local newest = tonumber(redis.call('GET', fenceKey) or '0')
-  local epoch = tonumber(ARGV[${epochArg}])
-  if epoch < newest then return ${fenced} end
-  if epoch > newest then redis.call('SET', fenceKey, ARGV[${epochArg}]) end
+const FENCE = `
+if ARGV[1] ~= '' then
+  local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local epoch = tonumber(ARGV[1])
+  if epoch < newest then return {'F', tostring(newest)} end
+  if epoch > newest then redis.call('SET', KEYS[2], ARGV[1]) end
 end
 `;
 
-/** The reply of a fenced script: {FENCED_REPLY, newest epoch}. */
-export const FENCED_REPLY = "F";
-
 /**
- * Claim a batch.
- *   KEYS[1]   the scope prefix `relay:{<scope>}:`
- *   ARGV[1]   our claim value "c:<token>" (one token per claim call)
- *   ARGV[2]   claim TTL in ms
- *   ARGV[3]   n
- *   ARGV[4]   packed: per item `<id>\n<entity>\n<version>\n` (entity and version "" when none)
- *   ARGV[5]   "1": take over claims of other tokens (ordered recovery of a dead owner's messages)
- *   ARGV[6]   the caller's lease epoch, or "" (see fence)
- *   ARGV[7]   the fence name (the link's lease key)
+ * Claim the items of one group.
+ *   KEYS[1]   the directory `relay:{T}:meta`; KEYS[2] the fence key
+ *   KEYS[3 .. 2+n]            claim keys, one per item
+ *   then n × S                per item, its hash in each of the S live buckets
+ *   then, when inline, 2 per entity: its version hash, its previous-layout version key
+ *   ARGV[1]   epoch or ""     ARGV[2]  directory version the keys were built from
+ *   ARGV[3]   "c:<token>"     ARGV[4]  n     ARGV[5]  S     ARGV[6]  m (entities)
+ *   ARGV[7]   claim TTL (ms)  ARGV[8]  "1": take over claims of other tokens
+ *   ARGV[9]   digests, 16 bytes per item
+ *   ARGV[10]  per item "<entity index 1..m, 0 = none>\n<version>\n", or "" when no item has one
+ *   ARGV[11]  inline: the entities' fields, 8 bytes each
+ *   ARGV[12]  not inline (Redis Cluster: versions live in other slots): per entity "<stored>\n",
+ *             read just before; "" when inline
  * Reply: {decision codes, one character per item; stored versions compared against, "\n"-separated
  * per item ("" when none), or "" when no item had one}.
  *
- * Order of the checks, per item:
- *  1. the same id earlier in this batch  -> in-flight (the first occurrence carries it)
- *  2. key is "d"                         -> duplicate
+ * Per item, in this order:
+ *  1. the same id earlier in this batch          -> in-flight (the first occurrence carries it)
+ *  2. its digest in a live bucket, or its claim key "d" (previous layout) -> duplicate
  *  3. version <= max(stored version, versions of earlier items of this entity in this batch)
- *                                        -> stale; takes no claim, and drops our own claim when a
- *                                           re-sent script finds one (see 5)
- *  4. key holds another token's claim    -> in-flight (relay, taking the claim, under takeover)
- *  5. key absent, or holds OUR claim     -> relay; (re)set the claim with a fresh TTL.
+ *                                                -> stale; takes no claim, and drops our own claim
+ *                                                   when a re-sent script finds one (see 5)
+ *  4. claim key holds another token's claim      -> in-flight (relay, taking the claim, under takeover)
+ *  5. claim key absent, or holds OUR claim       -> relay; (re)set the claim with a fresh TTL.
  *     "Our claim" happens when ioredis re-sends this script after a reconnect because the first
  *     execution's reply was lost: calling that in-flight would park the message until the claim
  *     expires, calling it duplicate would ack a message that was never published.
- * An item without a version tries `SET NX` first: when the id is new (the common case) that is the
- * whole check; otherwise the key is read and checks 2, 4 and 5 apply as above.
- * Earlier relay/in-flight items raise the batch's per-entity maximum: publishing 81 after an 82
- * that is being published would reorder the entity at the destination.
+ * An item without a version tries `SET NX` once it is not in a bucket: when the id is new (the common
+ * case) that is the whole check; otherwise the claim key is read and 2, 4 and 5 apply as above.
+ * Earlier relay/in-flight items raise the batch's per-entity maximum: publishing 81 after an 82 that
+ * is being published would reorder the entity at the destination.
  */
-export const CLAIM_LUA = withReader(
-  4,
-  `${fence(6, "{'F', tostring(newest)}")}
-local claim = ARGV[1]
-local ttl = ARGV[2]
-local n = tonumber(ARGV[3])
-local takeover = ARGV[5] == '1'
+export const CLAIM_LUA = `${READER}${FENCE}
+local n = tonumber(ARGV[4])
+if n == 0 then return {'', ''} end
+if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[2] then return {'M'} end
+local claim = ARGV[3]
+local S = tonumber(ARGV[5])
+local m = tonumber(ARGV[6])
+local ttl = ARGV[7]
+local takeover = ARGV[8] == '1'
+local digests = ARGV[9]
+local items = ARGV[10]
+local efields = ARGV[11]
+local inline = ARGV[12] == ''
+local bBase = 2 + n
+local eBase = 2 + n + n * S
+local floor = {}
+if not inline then
+  local nextFloor = reader(ARGV[12])
+  for j = 1, m do floor[j] = nextFloor() end
+end
+local best = {}  -- entity index -> {number, raw string}, or false when nothing is stored
+local function stored(j)
+  local b = best[j]
+  if b ~= nil then return b end
+  local raw
+  if inline then
+    raw = redis.call('HGET', KEYS[eBase + 2 * j - 1], string.sub(efields, 8 * j - 7, 8 * j))
+    local old = redis.call('GET', KEYS[eBase + 2 * j])
+    if old and tonumber(old) and (not raw or tonumber(old) > tonumber(raw)) then raw = old end
+  else
+    raw = floor[j] ~= '' and floor[j]
+  end
+  local num = raw and tonumber(raw)
+  b = num and {num, raw} or false
+  best[j] = b
+  return b
+end
+local nextItem = items ~= '' and reader(items)
 local codes = {}
 local against = {}
 local anyAgainst = false
-local best = {}   -- entity -> {number, raw string}, or false when nothing is stored
-local seen = {}   -- ids already decided in this batch
+local seen = {}
 for i = 1, n do
-  local id = field()
-  local entity = field()
-  local vRaw = field()
-  local idKey = prefix .. 'id:' .. id
+  local d = string.sub(digests, 16 * i - 15, 16 * i)
+  local j = 0
+  local vRaw
+  if nextItem then
+    j = tonumber(nextItem())
+    vRaw = nextItem()
+  end
+  local claimKey = KEYS[2 + i]
   local decision
-  local stored = ''
-  if seen[id] then
+  local st = ''
+  if seen[d] then
     decision = 'i'
-  elseif entity == '' and redis.call('SET', idKey, claim, 'PX', ttl, 'NX') then
-    decision = 'r' -- the common case costs one call; anything else is read first (below)
-    seen[id] = true
   else
-    local cur = redis.call('GET', idKey)
-    if cur == 'd' then
-      decision = 'd'
-    else
-      local v = nil
-      if entity ~= '' then
-        v = tonumber(vRaw)
-        local b = best[entity]
-        if b == nil then
-          local raw = redis.call('GET', prefix .. 'ver:' .. entity)
-          local num = raw and tonumber(raw)
-          b = num and {num, raw} or false
-          best[entity] = b
-        end
-        if b then
-          stored = b[2]
-          anyAgainst = true
-        end
-        if b and v <= b[1] then
-          decision = 's'
-          if cur == claim then redis.call('DEL', idKey) end
-        end
-      end
-      if decision == nil then
-        if cur and cur ~= claim and not takeover then
-          decision = 'i'
-        else
-          redis.call('SET', idKey, claim, 'PX', ttl)
-          decision = 'r'
-        end
-        if v then best[entity] = {v, vRaw} end
+    seen[d] = true
+    local k = bBase + (i - 1) * S
+    for s = 1, S do
+      if redis.call('HEXISTS', KEYS[k + s], d) == 1 then
+        decision = 'd'
+        break
       end
     end
-    seen[id] = true
+    if decision == nil then
+      if j == 0 and redis.call('SET', claimKey, claim, 'PX', ttl, 'NX') then
+        decision = 'r' -- the common case: the buckets and one SET NX
+      else
+        local cur = redis.call('GET', claimKey)
+        if cur == 'd' then
+          decision = 'd'
+        else
+          local v = nil
+          if j > 0 then
+            v = tonumber(vRaw)
+            local b = stored(j)
+            if b then
+              st = b[2]
+              anyAgainst = true
+            end
+            if b and v <= b[1] then
+              decision = 's'
+              if cur == claim then redis.call('DEL', claimKey) end
+            end
+          end
+          if decision == nil then
+            if cur and cur ~= claim and not takeover then
+              decision = 'i'
+            else
+              redis.call('SET', claimKey, claim, 'PX', ttl)
+              decision = 'r'
+            end
+            if v then best[j] = {v, vRaw} end
+          end
+        end
+      end
+    end
   end
   codes[i] = decision
-  against[i] = stored
+  against[i] = st
 end
 return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
-`,
-);
+`;
 
 /**
- * Commit a batch of published items.
- *   KEYS[1]   the scope prefix
- *   ARGV[1]   id TTL in ms
- *   ARGV[2]   n
- *   ARGV[3]   packed: per item `<claim value>\n<id>\n<entity>\n<version>\n`
- *   ARGV[4]   the caller's lease epoch, or "" (see fence); ARGV[5] the fence name
- * Every id becomes "d" with the long TTL (one `SET ... GET`, Redis 6.2 or later), whoever holds the key now: the message WAS published,
- * so later copies are duplicates even if our claim expired meanwhile. Versions advance only by
- * compare-and-set (new > stored), so an older commit arriving late never lowers them.
- * Reply: {number of ids whose claim was no longer ours, number of version keys written}.
+ * Commit the published items of one group, and advance the versions of the entities that live in it.
+ *   KEYS[1]   the directory; KEYS[2] the fence key
+ *   KEYS[3 .. 2+n]            claim keys; then n keys: per item, its hash in the current bucket
+ *   then per entity record: its version hash (flag "h"), its previous-layout version key (flag "l")
+ *   ARGV[1]   epoch or ""     ARGV[2]  directory version     ARGV[3]  n     ARGV[4]  m (records)
+ *   ARGV[5]   digests, 16 bytes per item
+ *   ARGV[6]   the batch's claim values "c:<token>\n", each once (a batch holds the items of a few
+ *             claim calls); ARGV[13] per item the 1-based index of its claim value, as ARGV[14]
+ *             (1 or 2) bytes, big-endian
+ *   ARGV[7]   the current bucket's id, as the keys were built   ARGV[8]  its expiry (ms)
+ *   ARGV[9]   a new bucket's span (ms)   ARGV[10] idTtl (ms)   ARGV[15] a first bucket's fan-out
+ *   ARGV[11]  per entity record "<flags>\n<highest version of the batch>\n"
+ *   ARGV[12]  the records' fields with flag "h", 8 bytes each
+ * Ids: the claim key is deleted (GETDEL) and the digest added to the current bucket's hash, whoever
+ * holds the claim now: the message WAS published, so later copies are duplicates even if our claim
+ * expired meanwhile. A hash created here gets the bucket's expiry (HSET answers 2: the digest and
+ * the marker field "" were both new). A bucket whose span has ended (Redis server time) is not
+ * written: a new one is opened and the reply is {'M'}. One that reached BUCKET_FILL ids per hash on
+ * average is closed after this batch.
+ * Versions advance only by compare-and-set (new > stored), so an older commit arriving late never
+ * lowers them; a previous-layout key is advanced only when it exists.
+ * Reply: {ids whose claim was no longer ours (and that were not committed already), version fields
+ * written, the directory version after the call}.
  */
-export const COMMIT_LUA = withReader(
-  3,
-  `${fence(4, "{'F', tostring(newest)}")}
-local ttl = ARGV[1]
-local n = tonumber(ARGV[2])
+export const COMMIT_LUA = `${READER}${FENCE}
+local meta = KEYS[1]
+local n = tonumber(ARGV[3])
+local m = tonumber(ARGV[4])
 local lost = 0
+local function serverNow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Opens a new current bucket; prevF is nil for a group's first bucket.
+local function open(now, prevF, prevCount, early)
+  local minF = tonumber(ARGV[15])
+  local F = minF
+  if prevF and early then
+    F = math.min(prevF * 4, ${MAX_FANOUT})
+  elseif prevF then
+    F = math.max(minF, math.min(${MAX_FANOUT}, math.ceil(prevCount / ${BUCKET_TARGET})))
+  end
+  local id = now
+  local cur = tonumber(redis.call('HGET', meta, 'c') or '0')
+  if id <= cur then id = cur + 1 end
+  local all = redis.call('HGETALL', meta)
+  for k = 1, #all, 2 do
+    if string.byte(all[k], 1) == 98 then -- 'b': a bucket; drop it once expired
+      local exp = tonumber(string.match(all[k + 1], '(%d+)$'))
+      if exp and exp <= now then redis.call('HDEL', meta, all[k]) end
+    end
+  end
+  local span = tonumber(ARGV[9])
+  local info = string.format('%d,%d,%d,%d', F, id, id + span, id + span + tonumber(ARGV[10]))
+  redis.call('HSET', meta, 'b' .. string.format('%d', id), info, 'c', string.format('%d', id), 'n', '0')
+  redis.call('HINCRBY', meta, 'v', 1)
+end
+if n > 0 then
+  if (redis.call('HGET', meta, 'v') or '0') ~= ARGV[2] then return {'M'} end
+  local now = serverNow()
+  local cur = redis.call('HGET', meta, 'c')
+  local info = cur and redis.call('HGET', meta, 'b' .. cur)
+  if not info then
+    open(now, nil, 0, false)
+    return {'M'}
+  end
+  local F, ends = string.match(info, '^(%d+),%d+,(%d+),')
+  F = tonumber(F)
+  if cur ~= ARGV[7] then return {'M'} end
+  if now >= tonumber(ends) then
+    open(now, F, tonumber(redis.call('HGET', meta, 'n') or '0'), false)
+    return {'M'}
+  end
+  local digests = ARGV[5]
+  local claims = {}
+  for c in string.gmatch(ARGV[6], '([^\\n]*)\\n') do claims[#claims + 1] = c end
+  local claimOf = ARGV[13]
+  local width = tonumber(ARGV[14])
+  local expires = ARGV[8]
+  local added = 0
+  for i = 1, n do
+    local d = string.sub(digests, 16 * i - 15, 16 * i)
+    local claim
+    if width == 1 then
+      claim = claims[string.byte(claimOf, i)]
+    else
+      local hi, lo = string.byte(claimOf, 2 * i - 1, 2 * i)
+      claim = claims[hi * 256 + lo]
+    end
+    local prev = redis.call('GETDEL', KEYS[2 + i])
+    local hashKey = KEYS[2 + n + i]
+    local a = redis.call('HSET', hashKey, d, '1', '', '')
+    if a == 2 then
+      redis.call('PEXPIREAT', hashKey, expires)
+    end
+    if a > 0 then
+      added = added + 1
+      if prev ~= claim then lost = lost + 1 end
+    end
+  end
+  local count = redis.call('HINCRBY', meta, 'n', added)
+  if count >= F * ${BUCKET_FILL} then open(now, F, count, true) end
+end
 local written = 0
-local stored = {}  -- entity -> current number, or false
-for i = 1, n do
-  local claim = field()
-  local idKey = prefix .. 'id:' .. field()
-  local entity = field()
-  local vRaw = field()
-  if redis.call('SET', idKey, 'd', 'PX', ttl, 'GET') ~= claim then lost = lost + 1 end
-  if entity ~= '' then
-    local vKey = prefix .. 'ver:' .. entity
+if m > 0 then
+  local nextRecord = reader(ARGV[11])
+  local fields = ARGV[12]
+  local k = 2 + 2 * n
+  local f = 1
+  for j = 1, m do
+    local flags = nextRecord()
+    local vRaw = nextRecord()
     local v = tonumber(vRaw)
-    local s = stored[entity]
-    if s == nil then
-      local raw = redis.call('GET', vKey)
-      s = (raw and tonumber(raw)) or false
+    local hashKey, field, h, oldKey, old
+    if string.find(flags, 'h', 1, true) then
+      k = k + 1
+      hashKey = KEYS[k]
+      field = string.sub(fields, f, f + 7)
+      f = f + 8
+      local raw = redis.call('HGET', hashKey, field)
+      h = raw and tonumber(raw)
     end
-    if s == false or v > s then
-      redis.call('SET', vKey, vRaw)
-      written = written + 1
-      s = v
+    if string.find(flags, 'l', 1, true) then
+      k = k + 1
+      oldKey = KEYS[k]
+      local raw = redis.call('GET', oldKey)
+      old = raw and tonumber(raw)
     end
-    stored[entity] = s
+    if hashKey then
+      local s = h
+      if old and (not s or old > s) then s = old end
+      if not s or v > s then
+        redis.call('HSET', hashKey, field, vRaw)
+        written = written + 1
+      end
+    end
+    if old and v > old then redis.call('SET', oldKey, vRaw) end
   end
 end
-return {lost, written}
-`,
-);
+return {lost, written, redis.call('HGET', meta, 'v') or '0'}
+`;
 
 /**
  * Release claims we will not commit (publish failed, shutdown).
- *   KEYS[1]   the scope prefix
- *   ARGV[1]   n
- *   ARGV[2]   packed: per item `<claim value>\n<id>\n`
- * Deletes a key only while it still holds that value: after our claim expired another relay may
- * have claimed the id, or committed it, and that must survive. Reply: number of keys deleted.
+ *   KEYS      the claim keys of one group
+ *   ARGV[1]   per item "c:<token>\n"
+ * Deletes a claim key only while it still holds that value: after our claim expired another relay
+ * may have claimed the id, and that must survive. Reply: number of keys deleted.
  */
-export const RELEASE_LUA = withReader(
-  2,
-  `
-local n = tonumber(ARGV[1])
+export const RELEASE_LUA = `${READER}
+local nextClaim = reader(ARGV[1])
 local deleted = 0
-for i = 1, n do
-  local claim = field()
-  local idKey = prefix .. 'id:' .. field()
-  if redis.call('GET', idKey) == claim then
-    redis.call('DEL', idKey)
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == nextClaim() then
+    redis.call('DEL', KEYS[i])
     deleted = deleted + 1
   end
 end
 return deleted
-`,
-);
+`;
+
+/**
+ * Read stored versions (Redis Cluster only, before the claims: an entity's version lives in its own
+ * group, not in the group of the id that carries it).
+ *   KEYS      a version hashes, then previous-layout version keys (group 0 only)
+ *   ARGV[1]   a     ARGV[2]  the fields of the a hashes, 8 bytes each
+ * Reply: {the a stored values, "\n"-separated ("" for none); the previous-layout values, likewise}.
+ */
+export const VERSIONS_LUA = `
+local a = tonumber(ARGV[1])
+local fields = ARGV[2]
+local hashes = {}
+for i = 1, a do
+  hashes[i] = redis.call('HGET', KEYS[i], string.sub(fields, 8 * i - 7, 8 * i)) or ''
+end
+local old = {}
+for i = a + 1, #KEYS do
+  old[#old + 1] = redis.call('GET', KEYS[i]) or ''
+end
+return {table.concat(hashes, '\\n'), table.concat(old, '\\n')}
+`;

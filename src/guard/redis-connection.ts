@@ -75,6 +75,7 @@ export function describeRedis(conn: RedisGuardConnection): string {
 /** Every secret the configuration carries, for scrubbing error text. */
 export function secretsOf(conn: RedisGuardConnection): string[] {
   const secrets = conn.password ? [conn.password] : [];
+  if (conn.sentinel?.password) secrets.push(conn.sentinel.password);
   for (const node of [conn.url ?? "", ...(conn.sentinel?.nodes ?? []), ...(conn.cluster?.nodes ?? [])]) {
     if (!node.includes("://")) continue;
     try {
@@ -137,6 +138,8 @@ export function createRedisClient(
     // CLIENT SETNAME lets an operator find the relay in CLIENT LIST; SETINFO is only noise.
     connectionName: clientName.replace(/[^A-Za-z0-9._:-]/g, "_"),
     disableClientInfo: true,
+    // The data nodes' ACL user and password (Redis 6+); a URL's own user/password apply otherwise.
+    ...(conn.username !== undefined ? { username: conn.username } : {}),
     ...(conn.password !== undefined ? { password: conn.password } : {}),
     ...(tls ? { tls } : {}),
   };
@@ -158,11 +161,15 @@ export function createRedisClient(
     );
   }
   if (conn.sentinel) {
-    // The password is the data nodes'; Sentinels are usually reached without one.
+    // `username`/`password` are the data nodes'; the Sentinels have their own (requirepass or an ACL
+    // user of their own), or none.
+    const sentinel = conn.sentinel;
     return new Redis({
       ...common,
-      sentinels: conn.sentinel.nodes.map((n) => parseNode(n, 26379)),
-      name: conn.sentinel.name,
+      sentinels: sentinel.nodes.map((n) => parseNode(n, 26379)),
+      name: sentinel.name,
+      ...(sentinel.username !== undefined ? { sentinelUsername: sentinel.username } : {}),
+      ...(sentinel.password !== undefined ? { sentinelPassword: sentinel.password } : {}),
       role: "master",
       sentinelRetryStrategy: backoff,
       // Subscribes to +switch-master so a failover is followed without waiting for an error.
@@ -248,7 +255,7 @@ export async function checkPersistence(client: GuardRedisClient): Promise<Persis
   );
 }
 
-/** The oldest Redis the guard's scripts run on: the commit script uses `SET ... GET` (6.2). */
+/** The oldest Redis the guard's scripts run on: the commit script uses `GETDEL` (6.2). */
 export const MIN_REDIS_VERSION = [6, 2] as const;
 
 /** Whether a `redis_version` (x.y.z) is at least MIN_REDIS_VERSION. */

@@ -1,9 +1,9 @@
 import type { Logger } from "pino";
 import type { GuardConfig, RedisGuardConnection } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { checkIds, tokenSource, versionOf } from "./items.js";
-import { CLAIM_LUA, COMMIT_LUA, DECISION_CODES, FENCED_REPLY, FIELD_SEPARATOR, RELEASE_LUA, claimValue, guardKeys } from "./lua.js";
-import type { GuardKeys } from "./lua.js";
+import { checkIds, tokenSource } from "./items.js";
+import { CLUSTER_GROUPS, DEFAULT_EXPECTED_ENTITIES } from "./layout.js";
+import { LayoutClient } from "./redis-layout.js";
 import {
   DEFAULT_REDIS_TUNING,
   checkPersistence,
@@ -14,15 +14,12 @@ import {
   sanitizeError,
   secretsOf,
 } from "./redis-connection.js";
-import type { GuardPersistence, GuardRedisClient, RedisTuning } from "./redis-connection.js";
+import type { GuardPersistence, GuardRedisClient, PersistenceReport, RedisTuning } from "./redis-connection.js";
+import { heldByEarlierRelay, markerGroups, markerKey, readMarker as readScopeEntry, writeMarker as writeScopeEntry } from "./marker.js";
+import { evictionFinding, persistenceFinding, replicationFinding, summarize } from "./safety.js";
+import { readEviction, readReplication } from "./safety-probe.js";
 import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardItem } from "./types.js";
-
-/** The scripts as ioredis commands (defineCommand without numberOfKeys: numkeys goes first). */
-interface ScriptCommands {
-  relayGuardClaim(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
-  relayGuardCommit(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
-  relayGuardRelease(numKeys: 1, prefix: string, ...args: string[]): Promise<unknown>;
-}
+import type { GuardMarkerEntry, GuardMarkerMark, GuardSafety } from "./types.js";
 
 export interface RedisGuardDeps {
   readonly logger: Logger;
@@ -35,14 +32,16 @@ export interface RedisGuardDeps {
 }
 
 /**
- * The guard on Redis (see lua.ts for the key layout and the scripts). Every call is one script
- * invocation; every failure is a RelayError GUARD_UNAVAILABLE whose text names host:port only.
+ * The guard on Redis (layout.ts for the key layout, lua.ts for the scripts, redis-layout.ts for the
+ * calls). A claim, commit or release is one script call per slot group of the batch: one call on a
+ * single Redis or Sentinel. Every failure is a RelayError GUARD_UNAVAILABLE whose text names
+ * host:port only.
  */
 export class RedisGuard implements Guard {
   readonly kind = "redis" as const;
   private persisted: GuardPersistence | undefined;
-  private client: (GuardRedisClient & ScriptCommands) | undefined;
-  private readonly keys: GuardKeys;
+  private client: GuardRedisClient | undefined;
+  private readonly layout: LayoutClient;
   private readonly target: string;
   private readonly secrets: string[];
   private readonly tuning: RedisTuning;
@@ -50,18 +49,41 @@ export class RedisGuard implements Guard {
   private readonly nextToken = tokenSource();
   private down = false;
   private stopping = false;
+  private lastSafety: GuardSafety | undefined;
+  private persistenceReport: PersistenceReport | undefined;
+  private readonly restoreListeners: (() => void)[] = [];
+  private restoresWatched: GuardRedisClient | undefined;
 
   constructor(
     private readonly connection: RedisGuardConnection,
-    private readonly config: Pick<GuardConfig, "idTtlMs" | "claimTtlMs" | "strict">,
+    private readonly config: Pick<GuardConfig, "idTtlMs" | "claimTtlMs" | "strict" | "versions">,
     private readonly deps: RedisGuardDeps,
   ) {
-    this.keys = guardKeys(deps.scope);
     this.target = describeRedis(connection);
     this.secrets = secretsOf(connection);
-    this.tuning = { ...DEFAULT_REDIS_TUNING, ...deps.tuning };
+    const tuning = { ...DEFAULT_REDIS_TUNING, ...deps.tuning };
+    const waitReplicas = connection.waitReplicas ?? 0;
+    const waitTimeoutMs = connection.waitTimeoutMs ?? 1_000;
+    // WAIT blocks for up to waitTimeout: the command timeout must not cut it short.
+    if (waitReplicas > 0) tuning.commandTimeoutMs = Math.max(tuning.commandTimeoutMs, waitTimeoutMs + 1_000);
+    this.tuning = tuning;
     // The caller's logger already names the link and component (see createGuard's deps).
     this.log = deps.logger.child({ store: this.target });
+    this.layout = new LayoutClient({
+      scope: deps.scope,
+      groups: connection.cluster ? CLUSTER_GROUPS : 1,
+      linkName: deps.linkName,
+      fence: deps.fence ?? deps.linkName,
+      idTtlMs: config.idTtlMs,
+      claimTtlMs: config.claimTtlMs,
+      expectedEntities: config.versions?.expectedEntities ?? DEFAULT_EXPECTED_ENTITIES,
+      waitReplicas,
+      waitTimeoutMs,
+      target: this.target,
+      log: this.log,
+      client: () => this.client,
+      unavailable: (op, err) => this.unavailable(op, err),
+    });
   }
 
   /** Known after start(): whether Redis persists the versions (AOF) across a restart. */
@@ -71,16 +93,17 @@ export class RedisGuard implements Guard {
 
   async start(): Promise<void> {
     const client = this.client ?? this.createClient();
+    this.watchRestores(client);
     this.stopping = false;
     try {
       await connectClient(client, this.tuning.startTimeoutMs);
     } catch (err) {
       throw this.unavailable("connect", err);
     }
-    let report;
+    let safety: GuardSafety;
     try {
       await checkRedisVersion(client, this.target);
-      report = await checkPersistence(client);
+      safety = await this.inspect(client);
     } catch (err) {
       if (err instanceof RelayError && err.code === ErrorCodes.GUARD_UNSUPPORTED) {
         this.stopping = true; // not retryable: do not leave a client reconnecting behind it
@@ -88,62 +111,170 @@ export class RedisGuard implements Guard {
       }
       throw this.unavailable("persistence check", err);
     }
-    this.persisted = report.persistence;
-    const fields = {
-      persistence: report.persistence,
-      appendfsync: report.appendfsync,
-      reason: report.reason,
-    };
-    if (report.persistence === "none") {
-      const text = "guard Redis runs without AOF (appendonly no): versions are lost when it restarts";
-      if (this.config.strict) {
-        // Not retryable: the caller stops; do not leave a client reconnecting behind it.
+    const refusal = this.config.strict ? this.refusal(safety) : undefined;
+    if (refusal) {
+      // Not retryable (a setting): the caller stops; do not leave a client reconnecting behind it.
+      // Retryable (replicas missing): the link pauses and calls start() again.
+      if (!refusal.isRetryable()) {
         this.stopping = true;
         client.disconnect();
-        throw new RelayError(ErrorCodes.GUARD_NOT_DURABLE, `${this.target}: ${text} (guard.strict is set)`);
       }
-      this.log.warn(fields, text);
-    } else if (report.persistence === "unknown") {
+      throw refusal;
+    }
+    this.logSafety(safety);
+  }
+
+  /** The findings of the last settings check (start(), checkSafety()). */
+  get safety(): GuardSafety | undefined {
+    return this.lastSafety;
+  }
+
+  /**
+   * The settings checks again (the link calls it periodically and after a reconnect: a failover may
+   * land on a node with other settings). Logs when the set of unsafe reasons changes; never throws for
+   * an unsafe setting (the caller decides), only GUARD_UNAVAILABLE when Redis cannot be asked.
+   */
+  async checkSafety(): Promise<GuardSafety> {
+    const before = this.lastSafety?.unsafe.join(",");
+    const safety = await this.storeCall("settings check", (c) => this.inspect(c));
+    const now = safety.unsafe.join(",");
+    if (before !== undefined && now !== before) {
+      const unsafe = safety.findings.filter((f) => f.level === "unsafe");
+      if (unsafe.length > 0) this.log.warn({ unsafe: safety.unsafe, findings: unsafe.map((f) => f.detail) }, "guard Redis settings are unsafe now");
+      else this.log.info({ was: before }, "guard Redis settings are safe again");
+    }
+    return safety;
+  }
+
+  async readMarker(): Promise<GuardMarkerEntry | undefined> {
+    const entry = await this.storeCall("marker read", (c) => readScopeEntry(c, this.deps.scope, this.fence, markerGroups(this.connection)));
+    if (entry !== undefined || this.upgradeChecked) return entry;
+    // Once per guard (the first read): a Redis that relays from before scope markers wrote to (see marker.ts).
+    this.upgradeChecked = true;
+    if (!(await this.storeCall("marker read", (c) => heldByEarlierRelay(c, this.deps.scope, this.fence)))) return undefined;
+    this.log.info({ key: markerKey(this.deps.scope) }, "guard Redis holds this link's state from a relay before scope markers: writing its marker entry");
+    await this.writeMarker("joined", { ifAbsent: true });
+    return this.storeCall("marker read", (c) => readScopeEntry(c, this.deps.scope, this.fence, markerGroups(this.connection)));
+  }
+
+  async writeMarker(mark: GuardMarkerMark, opts: { ifAbsent?: boolean } = {}): Promise<boolean> {
+    const waitReplicas = this.connection.waitReplicas ?? 0;
+    const result = await this.storeCall("marker write", (c) =>
+      writeScopeEntry(c, this.deps.scope, this.fence, mark, {
+        ...(opts.ifAbsent ? { ifAbsent: true } : {}),
+        waitReplicas,
+        groups: markerGroups(this.connection),
+        ...(this.connection.waitTimeoutMs !== undefined ? { waitTimeoutMs: this.connection.waitTimeoutMs } : {}),
+      }),
+    );
+    if (result.written && result.replicas !== undefined && result.replicas < waitReplicas) {
+      this.log.warn({ replicas: result.replicas, waitReplicas, key: markerKey(this.deps.scope) }, "guard scope marker written, but fewer replicas than waitReplicas acknowledged it");
+    }
+    return result.written;
+  }
+
+  onRestored(listener: () => void): void {
+    this.restoreListeners.push(listener);
+  }
+
+  /** Persistence, eviction policy and replication (when waitReplicas is set) of the masters. */
+  private async inspect(client: GuardRedisClient): Promise<GuardSafety> {
+    const persistence = await checkPersistence(client);
+    this.persisted = persistence.persistence;
+    this.persistenceReport = persistence;
+    const eviction = await readEviction(client);
+    const waitReplicas = this.connection.waitReplicas ?? 0;
+    const findings = [persistenceFinding(persistence), evictionFinding(eviction)];
+    if (waitReplicas > 0) findings.push(replicationFinding(await readReplication(client), waitReplicas));
+    const safety = summarize(findings);
+    this.lastSafety = safety;
+    return safety;
+  }
+
+  /** Under `strict`: the error that refuses the start, for the first unsafe finding. */
+  private refusal(safety: GuardSafety): RelayError | undefined {
+    const unsafe = safety.findings.find((f) => f.level === "unsafe");
+    if (!unsafe) return undefined;
+    if (unsafe.reason === "no_aof") {
+      const text = "guard Redis runs without AOF (appendonly no): versions are lost when it restarts";
+      return new RelayError(ErrorCodes.GUARD_NOT_DURABLE, `${this.target}: ${text} (guard.strict is set)`);
+    }
+    if (unsafe.reason === "replication") {
+      // A state, not a setting: a replica that is restarting comes back. The link waits for it.
+      return new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: ${unsafe.detail} (guard.strict is set: waiting for the replicas)`);
+    }
+    return new RelayError(ErrorCodes.GUARD_NOT_DURABLE, `${this.target}: ${unsafe.detail} (guard.strict is set)`);
+  }
+
+  private logSafety(safety: GuardSafety): void {
+    const report = this.persistenceReport;
+    const fields = {
+      persistence: report?.persistence,
+      appendfsync: report?.appendfsync,
+      reason: report?.reason,
+    };
+    if (report?.persistence === "none") {
+      this.log.warn(fields, "guard Redis runs without AOF (appendonly no): versions are lost when it restarts");
+    } else if (report?.persistence === "unknown") {
       // Managed Redis often blocks CONFIG; `strict` cannot be honoured, but refusing would make it
       // unusable there, so this stays a warning.
       this.log.warn(fields, "could not verify that the guard Redis persists versions (CONFIG GET refused)");
-    } else if (report.appendfsync === "no") {
+    } else if (report?.appendfsync === "no") {
       this.log.warn(fields, "guard Redis AOF uses appendfsync no: a crash may lose recent commits");
-    } else {
-      this.log.info(fields, "guard Redis ready");
     }
+    for (const f of safety.findings) {
+      if (f.check === "persistence") continue;
+      if (f.level === "unsafe") this.log.warn({ check: f.check, unsafe: f.reason }, `guard Redis is unsafe: ${f.detail}`);
+      else if (f.level === "unknown") this.log.warn({ check: f.check }, `could not verify the guard Redis's ${f.check} settings: ${f.detail}`);
+      else if (f.level === "warning") this.log.warn({ check: f.check }, f.detail);
+    }
+    const eviction = safety.findings.find((f) => f.check === "eviction");
+    this.log.info({ ...fields, unsafe: safety.unsafe, eviction: eviction?.detail }, "guard Redis ready");
+  }
+
+  /** Calls the listeners of onRestored() when the client is ready again after it was down. */
+  private watchRestores(client: GuardRedisClient): void {
+    if (this.restoresWatched === client) return;
+    this.restoresWatched = client;
+    let wasDown = false;
+    client.on("close", () => {
+      wasDown = true;
+    });
+    client.on("ready", () => {
+      if (!wasDown) return;
+      wasDown = false;
+      for (const listener of this.restoreListeners) listener();
+    });
+  }
+
+  /** One call to Redis outside the scripts; failures become GUARD_UNAVAILABLE naming host:port only. */
+  private async storeCall<T>(op: string, call: (c: GuardRedisClient) => Promise<T>): Promise<T> {
+    const client = this.client;
+    if (!client) throw new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: ${op} before start()`);
+    try {
+      return await call(client);
+    } catch (err) {
+      throw this.unavailable(op, err);
+    }
+  }
+
+  /** The upgrade rule of readMarker() was applied (it applies to the first read only). */
+  private upgradeChecked = false;
+
+  private get fence(): string {
+    return this.deps.fence ?? this.deps.linkName;
   }
 
   async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     if (items.length === 0) return [];
     checkIds(items);
-    const token = retryToken ?? this.nextToken();
-    const packed = items.map((item) => `${item.id}\n${versionField(item)}\n`).join(""); // flat, not a rope: cheaper to write
-    const args = [claimValue(token), String(this.config.claimTtlMs), String(items.length), packed, opts.takeover ? "1" : "0", ...this.fenceArgs(opts.epoch)];
-    const reply = await this.run("claim", (c) => c.relayGuardClaim(1, this.keys.prefix, ...args));
-    this.checkFence("claim", reply, opts.epoch);
-    const [codes, against] = reply as [string, string];
-    const stored = against === "" ? undefined : against.split(FIELD_SEPARATOR);
-    return items.map((_, i) => {
-      const decision = DECISION_CODES[codes[i] ?? ""];
-      if (!decision)
-        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
-      const version = stored?.[i];
-      const result: { decision: typeof decision; token?: string; storedVersion?: number } = { decision };
-      if (decision === "relay") result.token = token;
-      if (version) result.storedVersion = Number(version);
-      return result;
-    });
+    return this.layout.claim(items, retryToken ?? this.nextToken(), opts);
   }
 
   async commit(items: readonly ClaimedItem[], opts: CommitOptions = {}): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
-    const packed = items.map((item) => `${claimValue(item.token)}\n${item.id}\n${versionField(item)}\n`).join("");
-    const args = [String(this.config.idTtlMs), String(items.length), packed, ...this.fenceArgs(opts.epoch)];
-    const reply = await this.run("commit", (c) => c.relayGuardCommit(1, this.keys.prefix, ...args));
-    this.checkFence("commit", reply, opts.epoch);
-    const lost = Array.isArray(reply) ? Number(reply[0]) : 0;
+    const lost = await this.layout.commit(items, opts);
     if (lost > 0) {
       // Published after the claim expired: another relay may have published it too (the broker's
       // duplicate window is then the only protection). The claim TTL is too short for this link.
@@ -154,8 +285,7 @@ export class RedisGuard implements Guard {
   async release(items: readonly ClaimedItem[]): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
-    const packed = items.map((item) => `${claimValue(item.token)}\n${item.id}\n`).join("");
-    await this.run("release", (c) => c.relayGuardRelease(1, this.keys.prefix, String(items.length), packed));
+    await this.layout.release(items);
   }
 
   async stop(): Promise<void> {
@@ -177,7 +307,7 @@ export class RedisGuard implements Guard {
     }
   }
 
-  private createClient(): GuardRedisClient & ScriptCommands {
+  private createClient(): GuardRedisClient {
     let client: GuardRedisClient;
     try {
       client = createRedisClient(this.connection, this.tuning, `relay-guard:${this.deps.linkName}`);
@@ -187,9 +317,6 @@ export class RedisGuard implements Guard {
         `${this.target}: ${sanitizeError(err, this.secrets).message}`,
       );
     }
-    client.defineCommand("relayGuardClaim", { lua: CLAIM_LUA });
-    client.defineCommand("relayGuardCommit", { lua: COMMIT_LUA });
-    client.defineCommand("relayGuardRelease", { lua: RELEASE_LUA });
     // One warning per outage, one info on recovery: ioredis emits an error per reconnect attempt,
     // and a server that exits closes the socket without any error at all.
     const lost = (err?: unknown): void => {
@@ -205,34 +332,8 @@ export class RedisGuard implements Guard {
       this.down = false;
       this.log.info("guard Redis connection restored");
     });
-    this.client = client as GuardRedisClient & ScriptCommands;
-    return this.client;
-  }
-
-  private fenceArgs(epoch: number | undefined): [string, string] {
-    return [epoch === undefined ? "" : String(epoch), this.deps.fence ?? this.deps.linkName];
-  }
-
-  /** A script that answered {'F', newest}: the caller's lease epoch is older than one the guard has seen. */
-  private checkFence(op: string, reply: unknown, epoch: number | undefined): void {
-    if (!Array.isArray(reply) || reply[0] !== FENCED_REPLY) return;
-    throw new RelayError(
-      ErrorCodes.LEASE_FENCED,
-      `link ${this.deps.linkName}: guard ${op} refused: lease epoch ${epoch} is older than epoch ${String(reply[1])} of the relay that owns the link now`,
-    );
-  }
-
-  private async run(
-    op: string,
-    call: (c: GuardRedisClient & ScriptCommands) => Promise<unknown>,
-  ): Promise<unknown> {
-    const client = this.client;
-    if (!client) throw new RelayError(ErrorCodes.GUARD_UNAVAILABLE, `${this.target}: ${op} before start()`);
-    try {
-      return await call(client);
-    } catch (err) {
-      throw this.unavailable(op, err);
-    }
+    this.client = client;
+    return client;
   }
 
   private unavailable(op: string, err: unknown): RelayError {
@@ -248,8 +349,3 @@ export class RedisGuard implements Guard {
   }
 }
 
-/** `<entity>\n<version>` of an item for the packed batch, or "\n" when versions do not apply to it. */
-function versionField(item: GuardItem): string {
-  const v = versionOf(item);
-  return v ? `${v.entity}\n${v.version}` : "\n";
-}

@@ -47,6 +47,43 @@ export interface ClaimedItem extends GuardItem {
   readonly token: string;
 }
 
+/**
+ * Why a guard store is not safe to rely on, as `relay_guard_unsafe{reason}` names it:
+ * `no_aof` (appendonly no: a restart forgets versions and ids), `eviction` (a maxmemory-policy that
+ * can evict the guard's keys under a memory limit), `replication` (fewer online replicas than
+ * `guard.redis.waitReplicas`, or connected to a replica).
+ */
+export const GUARD_UNSAFE_REASONS = ["no_aof", "eviction", "replication"] as const;
+export type GuardUnsafeReason = (typeof GUARD_UNSAFE_REASONS)[number];
+
+/** One settings check of the guard's store (persistence, eviction, replication). */
+export interface GuardFinding {
+  readonly check: "persistence" | "eviction" | "replication";
+  /** `unsafe` sets `reason`; `unknown`: the store would not say (CONFIG or INFO refused); `warning`: worth a look, not unsafe. */
+  readonly level: "ok" | "warning" | "unknown" | "unsafe";
+  readonly reason?: GuardUnsafeReason;
+  readonly detail: string;
+}
+
+export interface GuardSafety {
+  readonly findings: readonly GuardFinding[];
+  /** The reasons of the `unsafe` findings (empty: nothing unsafe found). */
+  readonly unsafe: readonly GuardUnsafeReason[];
+}
+
+/**
+ * A link's entry in its guard scope's marker (loss detection): `joined` (written when the link first
+ * used the scope with no history), `resumed` (an operator accepted a loss), `resync` (an operator asked
+ * for a full resync after a loss; pending until the link has done it), `resynced` (done).
+ */
+export type GuardMarkerMark = "joined" | "resumed" | "resync" | "resynced";
+
+export interface GuardMarkerEntry {
+  readonly mark: GuardMarkerMark;
+  /** When it was written (ISO 8601). */
+  readonly at: string;
+}
+
 export interface Guard {
   readonly kind: "none" | "memory" | "redis";
   /** Connects and checks persistence. Rejects with GUARD_NOT_DURABLE under `strict`. */
@@ -66,4 +103,16 @@ export interface Guard {
   release(items: readonly ClaimedItem[]): Promise<void>;
   /** Idempotent. */
   stop(): Promise<void>;
+
+  // ---- Optional: a store that can be checked and can lose its memory (the Redis guard) ------------
+  /** The findings of the last settings check (start(), checkSafety()); undefined before. */
+  readonly safety?: GuardSafety | undefined;
+  /** Checks the store's settings again (eviction policy, persistence, replication); never throws for an unsafe setting. */
+  checkSafety?(): Promise<GuardSafety>;
+  /** The link's entry in its scope's marker; undefined when it has none (never written, or the store lost it). */
+  readMarker?(): Promise<GuardMarkerEntry | undefined>;
+  /** Writes the link's marker entry; `ifAbsent`: only when it has none (returns whether it wrote). */
+  writeMarker?(mark: GuardMarkerMark, opts?: { ifAbsent?: boolean }): Promise<boolean>;
+  /** `listener` runs synchronously whenever the connection to the store is back after an outage. */
+  onRestored?(listener: () => void): void;
 }

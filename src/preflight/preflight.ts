@@ -25,6 +25,9 @@ import {
   secretsOf as redisSecretsOf,
 } from "../guard/redis-connection.js";
 import type { GuardRedisClient } from "../guard/redis-connection.js";
+import { heldByEarlierRelay, markerGroups, readMarker } from "../guard/marker.js";
+import { readEviction, readReplication } from "../guard/safety-probe.js";
+import { leaseKey } from "../group/lease-key.js";
 import { isApiCode } from "../nats/durable-consumer.js";
 import { connectRegion, stripCredentials } from "../nats/connect.js";
 import {
@@ -33,6 +36,9 @@ import {
   checkDestinationStream,
   checkDuplicateWindow,
   checkGuard,
+  checkGuardEviction,
+  checkGuardMarker,
+  checkGuardReplication,
   checkLoops,
   checkOverlaps,
   checkPartitions,
@@ -48,6 +54,7 @@ import type {
   CheckResult,
   ConsumerFact,
   DeadLetterFact,
+  MarkerFact,
   PartitionFact,
   RedisFact,
   RegionFact,
@@ -206,7 +213,37 @@ async function streamsFor(session: RegionSession | undefined, subject: string): 
   }
 }
 
-async function probeRedis(conn: RedisGuardConnection, timeoutMs: number): Promise<RedisFact> {
+/** A link's marker entry to read: its guard scope and its lease key. */
+interface MarkerTarget {
+  readonly scope: string;
+  readonly fence: string;
+}
+
+const markerId = (t: MarkerTarget): string => `${t.scope}\n${t.fence}`;
+
+interface RedisProbe {
+  readonly fact: RedisFact;
+  /** By markerId. */
+  readonly markers: ReadonlyMap<string, MarkerFact>;
+}
+
+async function probeRedis(conn: RedisGuardConnection, timeoutMs: number, targets: readonly MarkerTarget[]): Promise<RedisProbe> {
+  const markers = new Map<string, MarkerFact>();
+  const fact = await probeRedisFact(conn, timeoutMs, async (client) => {
+    for (const t of targets) {
+      try {
+        const entry = await readMarker(client, t.scope, t.fence, markerGroups(conn));
+        const earlier = entry === undefined && (await heldByEarlierRelay(client, t.scope, t.fence));
+        markers.set(markerId(t), entry ? { kind: "found", entry } : earlier ? { kind: "earlier-relay" } : { kind: "missing" });
+      } catch (err) {
+        markers.set(markerId(t), { kind: "failed", reason: sanitizeError(err, redisSecretsOf(conn)).message });
+      }
+    }
+  });
+  return { fact, markers: markers };
+}
+
+async function probeRedisFact(conn: RedisGuardConnection, timeoutMs: number, more: (client: GuardRedisClient) => Promise<void>): Promise<RedisFact> {
   const target = describeRedis(conn);
   const secrets = redisSecretsOf(conn);
   let client: GuardRedisClient;
@@ -231,10 +268,16 @@ async function probeRedis(conn: RedisGuardConnection, timeoutMs: number): Promis
     await connectClient(client, timeoutMs);
     const [version] = await checkRedisVersion(client, target);
     const report = await checkPersistence(client);
+    const eviction = await readEviction(client);
+    const replication = (conn.waitReplicas ?? 0) > 0 ? await readReplication(client) : undefined;
+    await more(client);
+    const scrub = (r: { reason?: string }) => (r.reason === undefined ? r : { ...r, reason: sanitizeError(r.reason, secrets).message });
     return {
       ok: true,
       target,
       ...(version !== undefined ? { version } : {}),
+      eviction: scrub(eviction),
+      ...(replication ? { replication: scrub(replication) } : {}),
       persistence: report.persistence,
       ...(report.appendfsync !== undefined ? { appendfsync: report.appendfsync } : {}),
       ...(report.reason !== undefined ? { reason: sanitizeError(report.reason, secrets).message } : {}),
@@ -285,7 +328,17 @@ export async function runPreflight(
     const subjectStreams = memo<DeadLetterFact>();
     const streamsOf = (region: string, subject: string): Promise<DeadLetterFact> =>
       subjectStreams(`${region} ${subject}`, () => streamsFor(sessions.get(region), subject));
-    const redis = memo<RedisFact>();
+    const redis = memo<RedisProbe>();
+    // Every link unit's marker entry, read in the same session as its Redis's other facts.
+    const markerTargets = new Map<string, MarkerTarget[]>();
+    for (const l of links) {
+      for (const unit of linkUnits(l)) {
+        const store = unit.guard?.store;
+        if (store?.kind !== "redis") continue;
+        const key = JSON.stringify(store);
+        markerTargets.set(key, [...(markerTargets.get(key) ?? []), { scope: `${unit.to.region}:${unit.to.stream}`, fence: leaseKey(unit) }]);
+      }
+    }
 
     // Every stream any selected link touches, first: the overlap check compares links.
     const sourceFacts = new Map<LinkConfig, StreamFact>();
@@ -311,16 +364,25 @@ export async function runPreflight(
           if (found.kind === "found") others.set(subject, found.streams);
         }
         const guard = link.guard?.store;
-        const redisFact =
+        const redisProbe =
           guard?.kind === "redis"
-            ? await redis(JSON.stringify(guard), () => probeRedis(guard, redisTimeoutMs))
+            ? await redis(JSON.stringify(guard), () => probeRedis(guard, redisTimeoutMs, markerTargets.get(JSON.stringify(guard)) ?? []))
             : undefined;
+        const redisFact = redisProbe?.fact;
         const deadLetter =
           link.badMessage.action === "dead-letter"
             ? await streamsOf(link.to.region, link.badMessage.subject)
             : undefined;
         // A partitioned link has a durable per partition.
-        const consumers = await Promise.all(linkUnits(link).map(async (unit) => checkConsumer(unit, await readConsumer(fromSession, unit, source))));
+        const unitFacts = await Promise.all(linkUnits(link).map(async (unit) => ({ unit, consumer: await readConsumer(fromSession, unit, source) })));
+        const consumers = unitFacts.map(({ unit, consumer }) => checkConsumer(unit, consumer));
+        const markers = unitFacts.flatMap(({ unit, consumer }) => {
+          const fact: MarkerFact = redisProbe?.markers.get(markerId({ scope: `${unit.to.region}:${unit.to.stream}`, fence: leaseKey(unit) })) ?? { kind: "unreachable" };
+          const row = checkGuardMarker(unit, fact, consumer);
+          return row ? [row] : [];
+        });
+        const eviction = checkGuardEviction(link, redisFact);
+        const replication = checkGuardReplication(link, redisFact);
         const partitions = checkPartitions(link, link.partitions ? await readPartitionSubjects(fromSession, link, source) : { kind: "unreachable" });
         const from = sourcePatterns(link, source);
 
@@ -343,9 +405,12 @@ export async function runPreflight(
           checkOverlaps(link, links, sourceOf),
           checkLoops(link, config.links),
           checkGuard(link, redisFact),
+          ...(eviction ? [eviction] : []),
+          ...(replication ? [replication] : []),
           checkDeadLetter(link, deadLetter),
           ...(partitions ? [partitions] : []),
           ...consumers,
+          ...markers,
         ];
         return { link, rows };
       }),

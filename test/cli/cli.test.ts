@@ -43,7 +43,7 @@ test("usage errors exit 2; --help exits 0 for every command", async () => {
   const noRegion = await cli(["run", "--config", "x.yaml"]);
   assert.equal(noRegion.code, 2);
   assert.match(noRegion.err, /--region is required/);
-  for (const c of ["run", "check", "status", "verify", "streams", "health", "demo"]) {
+  for (const c of ["run", "check", "status", "verify", "streams", "guard", "health", "demo"]) {
     const r = await cli([c, "--help"]);
     assert.equal(r.code, 0, `${c} --help`);
     assert.match(r.out, new RegExp(`jetstream-relay ${c}`));

@@ -6,8 +6,8 @@ import { pino } from "pino";
 import { uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
 import { isRelayError } from "../../src/errors.js";
+import { inspectId, inspectVersion } from "../../src/guard/layout.js";
 import { guardKeys } from "../../src/guard/lua.js";
-import type { GuardKeys } from "../../src/guard/lua.js";
 import { MemoryGuard, MemoryGuardStore } from "../../src/guard/memory-guard.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "../../src/guard/types.js";
@@ -15,16 +15,21 @@ import type { ClaimedItem, ClaimResult, Guard, GuardItem } from "../../src/guard
 /**
  * The guard's decisions, run against both stores: Redis (a real redis-server) and memory. Each
  * test gets a fresh scope; guards made from one Space share state like relays sharing one Redis.
- * Assertions look at the returned decisions and at the stored keys.
+ * Assertions look at the returned decisions and at what is stored: an id's state ("c:<token>"
+ * claimed, "d" committed, null) and an entity's version, wherever the store keeps them (the memory
+ * guard in one key per id; Redis in claim keys and bucket hashes, see src/guard/layout.ts).
  */
 
 interface Space {
   guard(ttl?: { claimTtlMs?: number; idTtlMs?: number }): Promise<Guard>;
-  /** A key's raw value ("c:<token>", "d", a version) or null. */
-  raw(key: string): Promise<string | null>;
-  /** Remaining TTL in ms, -1 without expiry. */
-  pttl(key: string): Promise<number>;
-  readonly keys: GuardKeys;
+  /** An id's state: "c:<token>", "d" or null. */
+  id(id: string): Promise<string | null>;
+  /** Remaining TTL (ms) of what holds the id, -1 without expiry, -2 when absent. */
+  idTtl(id: string): Promise<number>;
+  /** An entity's stored version, or null. */
+  version(entity: string): Promise<string | null>;
+  /** Remaining TTL (ms) of what holds the version, -1 without expiry, -2 when absent. */
+  versionTtl(entity: string): Promise<number>;
 }
 
 const logger = pino({ level: "silent" });
@@ -49,23 +54,24 @@ const backends: Record<"memory" | "redis", () => Space> = {
   memory() {
     const scope = uniqueName("B:MEM");
     const store = new MemoryGuardStore();
+    const keys = guardKeys(scope);
     return {
-      keys: guardKeys(scope),
       async guard(ttl = {}) {
         const cfg = { idTtlMs: ttl.idTtlMs ?? ID_TTL, claimTtlMs: ttl.claimTtlMs ?? CLAIM_TTL };
         const g = new MemoryGuard(cfg, { logger, scope, linkName: "t", store });
         await g.start();
         return g;
       },
-      raw: async (key) => store.get(key) ?? null,
-      pttl: async (key) => store.ttl(key) ?? -2,
+      id: async (id) => store.get(keys.id(id)) ?? null,
+      idTtl: async (id) => store.ttl(keys.id(id)) ?? -2,
+      version: async (entity) => store.get(keys.version(entity)) ?? null,
+      versionTtl: async (entity) => store.ttl(keys.version(entity)) ?? -2,
     };
   },
   redis() {
     const scope = uniqueName("B:REDIS");
     const client = inspect!;
     return {
-      keys: guardKeys(scope),
       async guard(ttl = {}) {
         const cfg = { idTtlMs: ttl.idTtlMs ?? ID_TTL, claimTtlMs: ttl.claimTtlMs ?? CLAIM_TTL, strict: true };
         const g = new RedisGuard({ kind: "redis", url: redisUrl }, cfg, { logger, scope, linkName: "t" });
@@ -73,8 +79,10 @@ const backends: Record<"memory" | "redis", () => Space> = {
         await g.start();
         return g;
       },
-      raw: (key) => client.get(key),
-      pttl: (key) => client.pttl(key),
+      id: async (id) => (await inspectId(client, scope, id)).state,
+      idTtl: async (id) => (await inspectId(client, scope, id)).pttl ?? -2,
+      version: async (entity) => (await inspectVersion(client, scope, entity)).version,
+      versionTtl: async (entity) => (await inspectVersion(client, scope, entity)).pttl ?? -2,
     };
   },
 };
@@ -95,14 +103,15 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const rs = await g.claim(items);
       assert.deepEqual(decisions(rs), ["relay", "relay"]);
       assert.ok(rs[0]?.token && rs[0].token === rs[1]?.token);
-      assert.equal(await s.raw(s.keys.id("a")), `c:${rs[0].token}`);
-      const claimTtl = await s.pttl(s.keys.id("a"));
+      assert.equal(await s.id("a"), `c:${rs[0].token}`);
+      const claimTtl = await s.idTtl("a");
       assert.ok(claimTtl > CLAIM_TTL - 5_000 && claimTtl <= CLAIM_TTL, `claim ttl ${claimTtl}`);
 
       await g.commit(claimed(items, rs).slice(0, 1));
-      assert.equal(await s.raw(s.keys.id("a")), "d");
-      const doneTtl = await s.pttl(s.keys.id("a"));
-      assert.ok(doneTtl > ID_TTL - 5_000 && doneTtl <= ID_TTL, `done ttl ${doneTtl}`);
+      assert.equal(await s.id("a"), "d");
+      // Redis keeps a committed id with its bucket: for idTtl to 1.25 × idTtl (see layout.ts).
+      const doneTtl = await s.idTtl("a");
+      assert.ok(doneTtl > ID_TTL - 5_000 && doneTtl <= ID_TTL * 1.25, `done ttl ${doneTtl}`);
 
       // "b" is still claimed by the first call: a second call (other token) must not relay it too.
       const again = await g.claim(items);
@@ -124,13 +133,13 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const fenced = (err: unknown) => isRelayError(err, "LEASE_FENCED") && /epoch 5 is older than epoch 9/.test(err.message);
       await assert.rejects(exOwner.commit([{ ...item, token: claimedByEx?.token ?? "" }], { epoch: 5 }), fenced);
       await assert.rejects(exOwner.claim([{ id: "m2" }], undefined, { epoch: 5 }), fenced);
-      assert.equal(await s.raw(s.keys.id("m1")), `c:${taken?.token}`, "m1 is still the new owner's claim, not done");
-      assert.equal(await s.raw(s.keys.version("E1")), null, "the version did not move");
-      assert.equal(await s.raw(s.keys.id("m2")), null, "m2 was not claimed");
+      assert.equal(await s.id("m1"), `c:${taken?.token}`, "m1 is still the new owner's claim, not done");
+      assert.equal(await s.version("E1"), null, "the version did not move");
+      assert.equal(await s.id("m2"), null, "m2 was not claimed");
       // The new owner commits; calls without an epoch (a relay outside a group) are not fenced.
       await newOwner.commit([{ ...item, token: taken?.token ?? "" }], { epoch: 9 });
-      assert.equal(await s.raw(s.keys.id("m1")), "d");
-      assert.equal(await s.raw(s.keys.version("E1")), "1");
+      assert.equal(await s.id("m1"), "d");
+      assert.equal(await s.version("E1"), "1");
       assert.deepEqual(decisions(await exOwner.claim([{ id: "m3" }])), ["relay"]);
     });
 
@@ -143,7 +152,7 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual(decisions(rb), ["relay", "in-flight", "relay"]);
       assert.equal(rb[1]?.token, undefined);
       await a.release(claimed([{ id: "x" }], ra));
-      assert.equal(await s.raw(s.keys.id("x")), null);
+      assert.equal(await s.id("x"), null);
       assert.deepEqual(decisions(await b.claim([{ id: "x" }])), ["relay"]);
     });
 
@@ -156,12 +165,12 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const rb = await b.claim([{ id: "x" }]);
       assert.deepEqual(decisions(rb), ["relay"]);
       await a.release(claimed([{ id: "x" }], ra));
-      assert.equal(await s.raw(s.keys.id("x")), `c:${rb[0]?.token}`, "a's release deleted b's claim");
+      assert.equal(await s.id("x"), `c:${rb[0]?.token}`, "a's release deleted b's claim");
       // a's late commit still marks it done: the message was published.
       await a.commit(claimed([{ id: "x" }], ra));
-      assert.equal(await s.raw(s.keys.id("x")), "d");
+      assert.equal(await s.id("x"), "d");
       await b.release(claimed([{ id: "x" }], rb));
-      assert.equal(await s.raw(s.keys.id("x")), "d");
+      assert.equal(await s.id("x"), "d");
     });
 
     test("versions across batches: 82 committed, then 81 and 82 are stale and take no claim", async () => {
@@ -169,10 +178,10 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const g = await s.guard();
       const r82 = await g.claim([v("m82", 82)]);
       assert.deepEqual(r82, [{ decision: "relay", token: r82[0]?.token }]);
-      assert.equal(await s.raw(s.keys.version("E1")), null, "a claim must not move the version");
+      assert.equal(await s.version("E1"), null, "a claim must not move the version");
       await g.commit(claimed([v("m82", 82)], r82));
-      assert.equal(await s.raw(s.keys.version("E1")), "82");
-      assert.equal(await s.pttl(s.keys.version("E1")), -1, "versions have no TTL");
+      assert.equal(await s.version("E1"), "82");
+      assert.equal(await s.versionTtl("E1"), -1, "versions have no TTL");
 
       const r = await g.claim([v("m81", 81), v("m82b", 82), v("m83", 83), v("other", 1, "E2")]);
       assert.deepEqual(
@@ -184,8 +193,8 @@ for (const [name, makeSpace] of Object.entries(backends)) {
           { decision: "relay", storedVersion: undefined },
         ],
       );
-      assert.equal(await s.raw(s.keys.id("m81")), null);
-      assert.equal(await s.raw(s.keys.id("m82b")), null);
+      assert.equal(await s.id("m81"), null);
+      assert.equal(await s.id("m82b"), null);
     });
 
     test("versions within one batch: [82, 81] → 81 stale; [81, 82] → both relay", async () => {
@@ -194,14 +203,14 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const down = await g.claim([v("d82", 82, "down"), v("d81", 81, "down")]);
       assert.deepEqual(decisions(down), ["relay", "stale"]);
       assert.equal(down[1]?.storedVersion, 82);
-      assert.equal(await s.raw(s.keys.id("d81")), null);
+      assert.equal(await s.id("d81"), null);
       const up = await g.claim([v("u81", 81, "up"), v("u82", 82, "up"), v("u82", 82, "up")]);
       assert.deepEqual(
         decisions(up),
         ["relay", "relay", "in-flight"],
         "a repeated id is carried by its first copy",
       );
-      assert.equal(await s.raw(s.keys.version("down")), null);
+      assert.equal(await s.version("down"), null);
     });
 
     test("commit advances versions by compare-and-set only; a done id is a duplicate even if stale", async () => {
@@ -212,7 +221,7 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual([...decisions(r10), ...decisions(r9)], ["relay", "relay"]);
       await a.commit(claimed([v("v10", 10)], r10));
       await b.commit(claimed([v("v9", 9)], r9));
-      assert.equal(await s.raw(s.keys.version("E1")), "10", "an older commit lowered the version");
+      assert.equal(await s.version("E1"), "10", "an older commit lowered the version");
 
       const batch = [v("v12", 12), v("v11", 11)];
       await a.commit(
@@ -221,7 +230,7 @@ for (const [name, makeSpace] of Object.entries(backends)) {
           { decision: "relay", token: "t" },
         ]),
       );
-      assert.equal(await s.raw(s.keys.version("E1")), "12");
+      assert.equal(await s.version("E1"), "12");
       assert.deepEqual(decisions(await a.claim([v("v10", 10), v("v12", 12), v("v12b", 12)])), [
         "duplicate",
         "duplicate",
@@ -240,9 +249,9 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       ];
       const rs = await g.claim(odd);
       assert.deepEqual(decisions(rs), ["relay", "relay", "relay", "relay"]);
-      for (const item of odd) assert.equal(await s.raw(s.keys.id(item.id)), `c:${rs[0]?.token}`, item.id);
+      for (const item of odd) assert.equal(await s.id(item.id), `c:${rs[0]?.token}`, item.id);
       await g.commit(claimed(odd, rs));
-      assert.equal(await s.raw(s.keys.version("entité {x}")), "3");
+      assert.equal(await s.version("entité {x}"), "3");
       const again = await g.claim([v("tab\tid-2", 2, "entité {x}"), { id: "a b:{c}" }]);
       assert.deepEqual(decisions(again), ["stale", "duplicate"]);
       assert.equal(again[0]?.storedVersion, 3, "the stored version compared against comes back");
@@ -258,7 +267,7 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       const rs = await g.claim(items);
       assert.deepEqual(decisions(rs), ["relay", "relay", "relay"]);
       await g.commit(claimed(items, rs));
-      assert.equal(await s.raw(s.keys.version("E")), "5");
+      assert.equal(await s.version("E"), "5");
       await assert.rejects(g.claim([{ id: "nan", entity: "E", version: Number.NaN }]), {
         code: "BAD_MESSAGE",
       });

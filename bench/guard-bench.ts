@@ -1,0 +1,216 @@
+/**
+ * npm run bench:guard — what the guard costs Redis: memory per committed id and per entity version,
+ * and claim+commit throughput, for the current layout (src/guard/layout.ts) and, as the baseline in
+ * the same run, the previous one (one key per id and per entity; its scripts are kept verbatim in
+ * bench/fixtures/guard-v1-lua.ts).
+ *
+ * It starts its own redis-server (default settings: no maxmemory, no AOF) and, per layout:
+ *   ids       GUARD_BENCH_IDS (default 1,000,000) new ids, claimed and committed in batches of 500
+ *             through the guard (two batches in flight, as a link has one claim and one commit)
+ *   entities  as many again, each carrying its own entity (version 1): ids and versions
+ * `used_memory` (INFO memory) is read before and after each phase, on an emptied database:
+ *   bytes/id      = ids phase growth / ids
+ *   bytes/entity  = (entities phase growth - ids × bytes/id) / entities
+ *   ops/s         = ids claimed and committed per second, and the CPU it took per 100,000 ids in
+ *                   Redis and in this process (the client side: the guard's encoding and ioredis)
+ * Every figure is from this one run on this machine; the ratios compare the two layouts.
+ */
+import { readFileSync } from "node:fs";
+import { Redis } from "ioredis";
+import { pino } from "pino";
+import { RedisGuard } from "../src/guard/redis-guard.js";
+import type { ClaimedItem, GuardItem } from "../src/guard/types.js";
+import { LocalBackend } from "../test/helpers/local-backend.js";
+import { CLAIM_LUA as V1_CLAIM, COMMIT_LUA as V1_COMMIT } from "./fixtures/guard-v1-lua.js";
+
+const COUNT = Number(process.env.GUARD_BENCH_IDS ?? 1_000_000);
+const BATCH = 500;
+const IN_FLIGHT = 2;
+const ID_TTL_MS = 3_600_000;
+const CLAIM_TTL_MS = 60_000;
+
+interface BenchGuard {
+  claim(items: GuardItem[]): Promise<(string | undefined)[]>;
+  commit(items: ClaimedItem[]): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** The current guard, as the relay runs it. */
+async function currentGuard(url: string, scope: string): Promise<BenchGuard> {
+  const g = new RedisGuard(
+    { kind: "redis", url },
+    { idTtlMs: ID_TTL_MS, claimTtlMs: CLAIM_TTL_MS, strict: false },
+    { logger: pino({ level: "silent" }), scope, linkName: "bench" },
+  );
+  await g.start();
+  return {
+    claim: async (items) => (await g.claim(items)).map((r) => r.token),
+    commit: (items) => g.commit(items),
+    stop: () => g.stop(),
+  };
+}
+
+/** The previous guard's calls (its redis-guard.ts claim/commit, over the fixture scripts). */
+async function previousGuard(url: string, scope: string): Promise<BenchGuard> {
+  const client = new Redis(url) as Redis & {
+    v1Claim(...args: (string | number)[]): Promise<[string, string]>;
+    v1Commit(...args: (string | number)[]): Promise<unknown>;
+  };
+  client.defineCommand("v1Claim", { lua: V1_CLAIM });
+  client.defineCommand("v1Commit", { lua: V1_COMMIT });
+  const prefix = `relay:{${scope}}:`;
+  const versionField = (item: GuardItem) =>
+    item.entity !== undefined && item.version !== undefined ? `${item.entity}\n${item.version}` : "\n";
+  let seq = 0;
+  return {
+    async claim(items) {
+      const token = `bench.${++seq}`;
+      const packed = items.map((item) => `${item.id}\n${versionField(item)}\n`).join("");
+      const [codes] = await client.v1Claim(
+        1,
+        prefix,
+        `c:${token}`,
+        CLAIM_TTL_MS,
+        items.length,
+        packed,
+        "0",
+        "",
+        "bench",
+      );
+      return items.map((_, i) => (codes[i] === "r" ? token : undefined));
+    },
+    async commit(items) {
+      const packed = items.map((item) => `c:${item.token}\n${item.id}\n${versionField(item)}\n`).join("");
+      await client.v1Commit(1, prefix, ID_TTL_MS, items.length, packed, "", "bench");
+    },
+    async stop() {
+      await client.quit();
+    },
+  };
+}
+
+/** Claims and commits `count` items made by `item(i)`, IN_FLIGHT batches at a time; returns seconds. */
+async function drive(guard: BenchGuard, count: number, item: (i: number) => GuardItem): Promise<number> {
+  let next = 0;
+  const started = performance.now();
+  const worker = async () => {
+    for (;;) {
+      const from = next;
+      if (from >= count) return;
+      next = Math.min(count, from + BATCH);
+      const items = Array.from({ length: next - from }, (_, k) => item(from + k));
+      const tokens = await guard.claim(items);
+      const claimed = items.flatMap((it, k) => (tokens[k] ? [{ ...it, token: tokens[k] }] : []));
+      if (claimed.length !== items.length)
+        throw new Error(`only ${claimed.length} of ${items.length} new ids were claimed`);
+      await guard.commit(claimed);
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+  return (performance.now() - started) / 1000;
+}
+
+const CLOCK_TICKS = 100;
+function cpuSeconds(pid: number | undefined): number {
+  if (!pid) return 0;
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+}
+
+async function usedMemory(admin: Redis): Promise<number> {
+  const info = await admin.info("memory");
+  return Number(/^used_memory:(\d+)/m.exec(info)?.[1]);
+}
+
+interface LayoutResult {
+  name: string;
+  bytesPerId: number;
+  bytesPerEntity: number;
+  idsPerSec: number;
+  versionedPerSec: number;
+  redisCpuPer100k: number;
+  clientCpuPer100k: number;
+}
+
+async function measure(
+  name: string,
+  make: (scope: string) => Promise<BenchGuard>,
+  admin: Redis,
+  redisPid: number | undefined,
+): Promise<LayoutResult> {
+  await admin.flushall();
+  const base = await usedMemory(admin);
+  const guard = await make(`bench:${name}:ids`);
+  const cpu0 = cpuSeconds(redisPid);
+  const client0 = process.cpuUsage();
+  const idSeconds = await drive(guard, COUNT, (i) => ({ id: `${name}-msg-${i}` }));
+  const cpu = cpuSeconds(redisPid) - cpu0;
+  const clientUsage = process.cpuUsage(client0);
+  const clientCpu = (clientUsage.user + clientUsage.system) / 1e6;
+  const bytesPerId = ((await usedMemory(admin)) - base) / COUNT;
+  await guard.stop();
+
+  await admin.flushall();
+  const base2 = await usedMemory(admin);
+  const versioned = await make(`bench:${name}:entities`);
+  const entitySeconds = await drive(versioned, COUNT, (i) => ({
+    id: `${name}-ver-${i}`,
+    entity: `customer-${i}`,
+    version: 1,
+  }));
+  const grown = (await usedMemory(admin)) - base2;
+  await versioned.stop();
+  await admin.flushall();
+  return {
+    name,
+    bytesPerId,
+    bytesPerEntity: (grown - bytesPerId * COUNT) / COUNT,
+    idsPerSec: COUNT / idSeconds,
+    versionedPerSec: COUNT / entitySeconds,
+    redisCpuPer100k: (cpu * 100_000) / COUNT,
+    clientCpuPer100k: (clientCpu * 100_000) / COUNT,
+  };
+}
+
+async function main(): Promise<void> {
+  const servers = new LocalBackend();
+  try {
+    const redis = await servers.startRedis();
+    const admin = new Redis(redis.url);
+    const version = /^redis_version:(\S+)/m.exec(await admin.info("server"))?.[1];
+    console.log(
+      `guard bench: ${COUNT} ids and ${COUNT} entities per layout, batches of ${BATCH}, ${IN_FLIGHT} in flight, redis-server ${version} (default settings)\n`,
+    );
+    const previous = await measure("previous", (scope) => previousGuard(redis.url, scope), admin, redis.pid);
+    const current = await measure("current", (scope) => currentGuard(redis.url, scope), admin, redis.pid);
+    const row = (r: LayoutResult) =>
+      `${r.name.padEnd(10)}${r.bytesPerId.toFixed(1).padStart(10)}${r.bytesPerEntity.toFixed(1).padStart(14)}` +
+      `${Math.round(r.idsPerSec).toString().padStart(10)}${Math.round(r.versionedPerSec).toString().padStart(16)}` +
+      `${r.redisCpuPer100k.toFixed(2).padStart(16)} s${r.clientCpuPer100k.toFixed(2).padStart(16)} s`;
+    console.log(
+      `${"layout".padEnd(10)}${"bytes/id".padStart(10)}${"bytes/entity".padStart(14)}${"ids/s".padStart(10)}${"versioned ids/s".padStart(16)}${"Redis CPU/100k".padStart(18)}${"client CPU/100k".padStart(18)}`,
+    );
+    console.log(row(previous));
+    console.log(row(current));
+    const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
+    console.log(
+      `\ncurrent / previous: bytes/id ${ratio(current.bytesPerId, previous.bytesPerId)}, bytes/entity ${ratio(current.bytesPerEntity, previous.bytesPerEntity)}, ` +
+        `ids/s ${ratio(current.idsPerSec, previous.idsPerSec)}, versioned ids/s ${ratio(current.versionedPerSec, previous.versionedPerSec)}, ` +
+        `Redis CPU per id ${ratio(current.redisCpuPer100k, previous.redisCpuPer100k)}, client CPU per id ${ratio(current.clientCpuPer100k, previous.clientCpuPer100k)}`,
+    );
+    console.log(
+      "(ops/s: ids claimed and committed per second, claim + commit as the relay runs them; the bench process shares the machine with Redis)",
+    );
+    admin.disconnect();
+  } finally {
+    await servers.cleanup();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);
