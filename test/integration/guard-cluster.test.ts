@@ -7,6 +7,7 @@ import { CLUSTER_GROUPS, GroupKeys } from "../../src/guard/layout.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import type { ClaimResult, GuardItem } from "../../src/guard/types.js";
 import { assertDelivery, checkDelivery, readSource } from "../faults/checker.js";
+import { watch } from "../faults/process-harness.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { startRedisCluster } from "../helpers/local-redis-cluster.js";
 import type { LocalRedisCluster, LocalRedisServer } from "../helpers/local-redis-cluster.js";
@@ -154,8 +155,9 @@ test("a Cluster master killed under load (its replica promoted), waitReplicas 1:
   const redis = `redis: { cluster: { nodes: [${cluster.seeds.map((s) => `"${s}"`).join(", ")}] }, waitReplicas: 1, waitTimeout: 500ms }`;
   const guard = `    batchSize: 100\n    guard: { ${redis}, versions: { entity: "header:Test-Entity", version: "header:Test-Version" } }\n`;
   const ids = await publishIds(nca, src, "m", 6_000);
-  const { relay } = await startRelay(t, yaml(`    durable: first\n${guard}`), "b");
+  const { relay, url } = await startRelay(t, yaml(`    durable: first\n${guard}`), "b", { http: true });
   await waitForCount(ncb, dst, 1_000, 60_000);
+  const live = watch(t, url);
 
   const victim = (await cluster.masters())[0]!;
   await victim.proc.kill();
@@ -168,12 +170,16 @@ test("a Cluster master killed under load (its replica promoted), waitReplicas 1:
 
   await waitForCount(ncb, dst, ids.length, 120_000, "after the failover");
   await check(() => relay.status().links[0]?.state === "live", { name: "link live", timeoutMs: 30_000 });
-  const report = await checkDelivery({
-    fault: "cluster master killed",
-    dest: ncb,
-    stream: dst,
-    source: await readSource(nca, src),
-  });
+  const liveness = await live.stop();
+  const report = {
+    ...(await checkDelivery({
+      fault: "cluster master killed",
+      dest: ncb,
+      stream: dst,
+      source: await readSource(nca, src),
+    })),
+    liveness,
+  };
   assertDelivery(report);
   assert.ok(atKill < ids.length, `the master died mid-transfer (${atKill} of ${ids.length} relayed)`);
   assert.ok(

@@ -7,6 +7,8 @@ import { inspectId } from "../../src/guard/layout.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { startRedisReplicated } from "../helpers/local-redis-cluster.js";
+import { assertDelivery, checkDelivery, readSource } from "../faults/checker.js";
+import { watch } from "../faults/process-harness.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { assertExactlyOnce, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { streamCount } from "../helpers/streams.js";
@@ -81,8 +83,9 @@ test("a link with waitReplicas 1: its replica paused mid-transfer, the link paus
   const { primary, replicas } = await startRedisReplicated(t, { replicas: 1 });
   const ids = await publishIds(nca, src, "m", 3_000);
   const guard = `    batchSize: 100\n    guard: { redis: { url: "${primary.url}", waitReplicas: 1, waitTimeout: 300ms } }\n`;
-  const { relay } = await startRelay(t, yaml(guard), "b");
+  const { relay, url } = await startRelay(t, yaml(guard), "b", { http: true });
   await waitForCount(ncb, dst, 300, 30_000);
+  const live = watch(t, url);
   await replicas[0]!.proc.pause();
   try {
     await check(() => relay.status().links[0]?.state === "paused", {
@@ -106,5 +109,8 @@ test("a link with waitReplicas 1: its replica paused mid-transfer, the link paus
     timeoutMs: 20_000,
   });
   await assertExactlyOnce(ncb, dst, ids);
+  // Order overall and per subject, versions, and /healthz answering while the link was paused.
+  const liveness = await live.stop();
+  assertDelivery({ ...(await checkDelivery({ fault: "guard replica paused", dest: ncb, stream: dst, source: await readSource(nca, src) })), liveness });
   assert.ok((await metricValue(relay, "relay_errors_total", { code: "GUARD_UNAVAILABLE" })) > 0);
 });
