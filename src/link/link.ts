@@ -136,6 +136,8 @@ export class Link {
   private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
   private standby = false;
+  /** Just took the lease (from standby, or from waiting for it): at work at once, whatever the last backlog reading said. */
+  private tookOver = false;
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
   private handoverReason: string | undefined;
   private gapDetector: GapDetector;
@@ -525,6 +527,7 @@ export class Link {
       if (!lease.resumed && this.pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
       this.pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
       this.logger.info({ epoch, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
+      this.tookOver = true;
       return true;
     } catch {
       return false; // stopping
@@ -719,7 +722,10 @@ export class Link {
     if (this.troubles.has("guard") || this.troubles.has("refused") || this.troubles.has("guard-unsafe")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
     // Just took the link over: at work at once, whatever the last backlog reading (from before) said.
-    if (this.state.state === "standby") return this.state.set("catching-up", "this relay owns the link now");
+    if (this.tookOver || this.state.state === "standby") {
+      this.tookOver = false;
+      return this.state.set("catching-up", "this relay owns the link now");
+    }
     if (!this.backlog) return;
     this.state.set(this.backlog.pending > this.deps.config.inFlight ? "catching-up" : "live");
   }

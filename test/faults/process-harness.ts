@@ -23,26 +23,27 @@ export async function terminate(relay: RelayProcess): Promise<number | null> {
 /**
  * Publishes `total` ids (`m-<i>`, five subjects) in the background: first `burst` of them unpaced (a
  * backlog to catch up on), the rest `ratePerSec` a second (unpaced when 0): load that goes on while
- * the fault is injected.
+ * the fault is injected. `from` numbers the first id (a load that continues an earlier one).
  */
 export function startLoad(
   nc: NatsConnection,
   subjectPrefix: string,
   total: number,
-  opts: { ratePerSec: number; burst?: number },
+  opts: { ratePerSec: number; burst?: number; from?: number },
 ) {
+  const from = opts.from ?? 0;
   const tick = 100;
   const paced = opts.ratePerSec > 0;
   const chunk = paced ? Math.max(1, Math.round((opts.ratePerSec * tick) / 1_000)) : total;
   let published = 0;
   const run = async (): Promise<void> => {
     const burst = Math.min(total, opts.burst ?? 0);
-    if (burst > 0) await publishIds(nc, subjectPrefix, "m", burst);
+    if (burst > 0) await publishIds(nc, subjectPrefix, "m", burst, from);
     published = burst;
     while (published < total) {
       const started = Date.now();
       const n = Math.min(chunk, total - published);
-      await publishIds(nc, subjectPrefix, "m", n, published);
+      await publishIds(nc, subjectPrefix, "m", n, from + published);
       published += n;
       const rest = tick - (Date.now() - started);
       if (paced && rest > 0) await delay(rest);
