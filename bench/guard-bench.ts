@@ -13,6 +13,12 @@
  *   bytes/entity  = (entities phase growth - ids × bytes/id) / entities
  *   ops/s         = ids claimed and committed per second, and the CPU it took per 100,000 ids in
  *                   Redis and in this process (the client side: the guard's encoding and ioredis)
+ * Then a steady rate, for the current layout only: ids claimed and committed as fast as they go for
+ * GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 8 s, so that buckets open and expire as
+ * they do over hours in production and a claim reads every live bucket. The first half warms up (the
+ * fan-out adapts, old buckets expire); the second half is measured: ids/s, live buckets, Redis and
+ * client CPU per 100k. It runs with the layout's buckets per idTtl and, as the baseline, with 4 (the
+ * span this layout had first).
  * Every figure is from this one run on this machine; the ratios compare the two layouts.
  */
 import { readFileSync } from "node:fs";
@@ -22,12 +28,15 @@ import { RedisGuard } from "../src/guard/redis-guard.js";
 import type { ClaimedItem, GuardItem } from "../src/guard/types.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { CLAIM_LUA as V1_CLAIM, COMMIT_LUA as V1_COMMIT } from "./fixtures/guard-v1-lua.js";
+import { BUCKETS_PER_TTL, GroupKeys } from "../src/guard/layout.js";
 
 const COUNT = Number(process.env.GUARD_BENCH_IDS ?? 1_000_000);
 const BATCH = 500;
 const IN_FLIGHT = 2;
 const ID_TTL_MS = 3_600_000;
 const CLAIM_TTL_MS = 60_000;
+const STEADY_SECONDS = Number(process.env.GUARD_BENCH_STEADY_S ?? 24);
+const STEADY_ID_TTL_MS = 8_000;
 
 interface BenchGuard {
   claim(items: GuardItem[]): Promise<(string | undefined)[]>;
@@ -36,11 +45,11 @@ interface BenchGuard {
 }
 
 /** The current guard, as the relay runs it. */
-async function currentGuard(url: string, scope: string): Promise<BenchGuard> {
+async function currentGuard(url: string, scope: string, idTtlMs = ID_TTL_MS, bucketsPerTtl?: number): Promise<BenchGuard> {
   const g = new RedisGuard(
     { kind: "redis", url },
-    { idTtlMs: ID_TTL_MS, claimTtlMs: CLAIM_TTL_MS, strict: false },
-    { logger: pino({ level: "silent" }), scope, linkName: "bench" },
+    { idTtlMs, claimTtlMs: CLAIM_TTL_MS, strict: false },
+    { logger: pino({ level: "silent" }), scope, linkName: "bench", ...(bucketsPerTtl ? { bucketsPerTtl } : {}) },
   );
   await g.start();
   return {
@@ -89,14 +98,17 @@ async function previousGuard(url: string, scope: string): Promise<BenchGuard> {
   };
 }
 
-/** Claims and commits `count` items made by `item(i)`, IN_FLIGHT batches at a time; returns seconds. */
-async function drive(guard: BenchGuard, count: number, item: (i: number) => GuardItem): Promise<number> {
+/**
+ * Claims and commits `count` items made by `item(i)`, IN_FLIGHT batches at a time; returns seconds.
+ * `until` (performance.now() ms): stops starting batches then, whatever the count.
+ */
+async function drive(guard: BenchGuard, count: number, item: (i: number) => GuardItem, until = Infinity): Promise<number> {
   let next = 0;
   const started = performance.now();
   const worker = async () => {
     for (;;) {
       const from = next;
-      if (from >= count) return;
+      if (from >= count || performance.now() >= until) return;
       next = Math.min(count, from + BATCH);
       const items = Array.from({ length: next - from }, (_, k) => item(from + k));
       const tokens = await guard.claim(items);
@@ -172,6 +184,42 @@ async function measure(
   };
 }
 
+interface SteadyResult {
+  bucketsPerTtl: number;
+  liveBuckets: number;
+  idsPerSec: number;
+  redisCpuPer100k: number;
+  clientCpuPer100k: number;
+}
+
+/** The current layout at a steady rate: buckets opening and expiring (see the header). */
+async function steady(url: string, admin: Redis, redisPid: number | undefined, bucketsPerTtl: number): Promise<SteadyResult> {
+  await admin.flushall();
+  const scope = `bench:steady:${bucketsPerTtl}`;
+  const guard = await currentGuard(url, scope, STEADY_ID_TTL_MS, bucketsPerTtl);
+  let n = 0;
+  const item = () => ({ id: `steady-${bucketsPerTtl}-${n++}` });
+  const half = (STEADY_SECONDS * 1_000) / 2;
+  await drive(guard, Infinity, item, performance.now() + half);
+  const cpu0 = cpuSeconds(redisPid);
+  const client0 = process.cpuUsage();
+  const from = n;
+  const seconds = await drive(guard, Infinity, item, performance.now() + half);
+  const count = n - from;
+  const cpu = cpuSeconds(redisPid) - cpu0;
+  const clientUsage = process.cpuUsage(client0);
+  const directory = await admin.hkeys(new GroupKeys(scope, 0).meta);
+  await guard.stop();
+  await admin.flushall();
+  return {
+    bucketsPerTtl,
+    liveBuckets: directory.filter((k) => k.startsWith("b")).length,
+    idsPerSec: count / seconds,
+    redisCpuPer100k: (cpu * 100_000) / count,
+    clientCpuPer100k: (((clientUsage.user + clientUsage.system) / 1e6) * 100_000) / count,
+  };
+}
+
 async function main(): Promise<void> {
   const servers = new LocalBackend();
   try {
@@ -201,6 +249,21 @@ async function main(): Promise<void> {
     console.log(
       "(ops/s: ids claimed and committed per second, claim + commit as the relay runs them; the bench process shares the machine with Redis)",
     );
+    if (STEADY_SECONDS > 0) {
+      const runs = [await steady(redis.url, admin, redis.pid, 4), await steady(redis.url, admin, redis.pid, BUCKETS_PER_TTL)];
+      console.log(`\nsteady rate, current layout (idTtl ${STEADY_ID_TTL_MS / 1000} s, ${STEADY_SECONDS / 2} s measured after ${STEADY_SECONDS / 2} s):`);
+      console.log(`${"buckets/idTtl".padEnd(14)}${"live buckets".padStart(14)}${"ids/s".padStart(10)}${"Redis CPU/100k".padStart(18)}${"client CPU/100k".padStart(18)}`);
+      for (const r of runs) {
+        console.log(
+          `${String(r.bucketsPerTtl).padEnd(14)}${String(r.liveBuckets).padStart(14)}${Math.round(r.idsPerSec).toString().padStart(10)}` +
+            `${r.redisCpuPer100k.toFixed(2).padStart(16)} s${r.clientCpuPer100k.toFixed(2).padStart(16)} s`,
+        );
+      }
+      const [base, now] = runs as [SteadyResult, SteadyResult];
+      console.log(
+        `${BUCKETS_PER_TTL} / 4 buckets per idTtl: ids/s ${ratio(now.idsPerSec, base.idsPerSec)}, Redis CPU per id ${ratio(now.redisCpuPer100k, base.redisCpuPer100k)}, client CPU per id ${ratio(now.clientCpuPer100k, base.clientCpuPer100k)}`,
+      );
+    }
     admin.disconnect();
   } finally {
     await servers.cleanup();

@@ -9,6 +9,14 @@
  * the JS numbers the relay passes; versions are returned as the stored strings, because Redis would
  * truncate a Lua number reply to an integer.
  *
+ * Claims stay on the node that took them: the claim scripts and the claim deletes of a commit run
+ * with `redis.set_repl(redis.REPL_NONE)`, so a claim is neither written to the AOF nor sent to
+ * replicas (half the writes a message costs Redis otherwise). A claim only stops two relays from
+ * publishing the same id at the same moment, and for that moment the destination's duplicate window
+ * covers them anyway; what must survive a restart or a failover (committed ids, versions, the lease
+ * epoch fence) is written with replication on. After a failover, the new primary has no claims: the
+ * commits of batches claimed before it count as "claims expired before commit", nothing more.
+ *
  * Two replies change nothing and ask the client to act: {'F', newest} (the caller's lease epoch is
  * older than the newest the group has seen: fenced) and {'M'} (the caller's copy of the bucket
  * directory is out of date: reload and retry).
@@ -117,6 +125,7 @@ export const CLAIM_LUA = `${READER}${FENCE}
 local n = tonumber(ARGV[4])
 if n == 0 then return {'', ''} end
 if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[2] then return {'M'} end
+redis.set_repl(redis.REPL_NONE) -- claims stay on this node (see the top of lua.ts)
 local claim = ARGV[3]
 local S = tonumber(ARGV[5])
 local m = tonumber(ARGV[6])
@@ -298,6 +307,11 @@ if n > 0 then
   local width = tonumber(ARGV[14])
   local expires = ARGV[8]
   local added = 0
+  -- The claims end here, unreplicated as they were taken (see the top of lua.ts).
+  local prevs = {}
+  redis.set_repl(redis.REPL_NONE)
+  for i = 1, n do prevs[i] = redis.call('GETDEL', KEYS[2 + i]) end
+  redis.set_repl(redis.REPL_ALL)
   for i = 1, n do
     local d = string.sub(digests, 16 * i - 15, 16 * i)
     local claim
@@ -307,7 +321,7 @@ if n > 0 then
       local hi, lo = string.byte(claimOf, 2 * i - 1, 2 * i)
       claim = claims[hi * 256 + lo]
     end
-    local prev = redis.call('GETDEL', KEYS[2 + i])
+    local prev = prevs[i]
     local hashKey = KEYS[2 + n + i]
     local a = redis.call('HSET', hashKey, d, '1', '', '')
     if a == 2 then
@@ -368,6 +382,7 @@ return {lost, written, redis.call('HGET', meta, 'v') or '0'}
  * may have claimed the id, and that must survive. Reply: number of keys deleted.
  */
 export const RELEASE_LUA = `${READER}
+redis.set_repl(redis.REPL_NONE) -- claims stay on this node (see the top of lua.ts)
 local nextClaim = reader(ARGV[1])
 local deleted = 0
 for i = 1, #KEYS do

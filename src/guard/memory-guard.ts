@@ -69,7 +69,7 @@ export interface MemoryGuardDeps {
 /**
  * The guard in process memory, for tests and the demo: the same decisions as the Redis scripts
  * (lua.ts documents the rules; this file follows them step by step), keyed by id and entity as
- * they are, and keeping an id exactly idTtl (Redis keeps it idTtl to 1.25 × idTtl: its buckets).
+ * they are, and keeping an id exactly idTtl (Redis keeps it idTtl to 1.5 × idTtl: its buckets).
  * Forgets everything when the process ends.
  */
 export class MemoryGuard implements Guard {

@@ -29,6 +29,8 @@ export interface RedisGuardDeps {
   readonly fence?: string;
   /** Timeouts and backoff; tests shorten them. */
   readonly tuning?: Partial<RedisTuning>;
+  /** Buckets per idTtl (layout.ts); bench:guard compares the default with others. */
+  readonly bucketsPerTtl?: number;
 }
 
 /**
@@ -79,6 +81,7 @@ export class RedisGuard implements Guard {
       expectedEntities: config.versions?.expectedEntities ?? DEFAULT_EXPECTED_ENTITIES,
       waitReplicas,
       waitTimeoutMs,
+      ...(deps.bucketsPerTtl !== undefined ? { bucketsPerTtl: deps.bucketsPerTtl } : {}),
       target: this.target,
       log: this.log,
       client: () => this.client,

@@ -25,7 +25,7 @@ import {
   claimValue,
 } from "./lua.js";
 import type { GuardRedisClient } from "./redis-connection.js";
-import { GuardScript, ScriptArgs, ScriptCommand, isNoScript } from "./script-call.js";
+import { FramePool, GuardScript, ScriptArgs, ScriptCommand, isNoScript } from "./script-call.js";
 import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, GuardItem } from "./types.js";
 
 /**
@@ -42,6 +42,9 @@ const SCRIPTS = {
   versions: new GuardScript(VERSIONS_LUA),
 };
 
+/** Claimed ids whose digest is kept for their commit (a batch in flight holds a few thousand at most). */
+const MAX_REMEMBERED_DIGESTS = 100_000;
+
 /** Calls per group and batch while the bucket directory keeps changing under them. */
 const DIRECTORY_ATTEMPTS = 5;
 
@@ -57,6 +60,8 @@ export interface LayoutClientOptions {
   readonly expectedEntities: number;
   readonly waitReplicas: number;
   readonly waitTimeoutMs: number;
+  /** Buckets per idTtl (default BUCKETS_PER_TTL; bench:guard compares others). */
+  readonly bucketsPerTtl?: number;
   /** "redis host:port" of a single Redis, for messages. */
   readonly target: string;
   readonly log: Logger;
@@ -120,10 +125,16 @@ export class LayoutClient {
   private readonly versionFanout: number;
   private readonly minFanout: number;
   private replicationShort = false;
+  private readonly frames = new FramePool();
+  /**
+   * Digests of ids claimed for relaying, until their commit or release (computed once per id, not at
+   * both ends). Bounded: a claim whose commit never comes (a stopped link) is forgotten at the cap.
+   */
+  private readonly claimedDigests = new Map<string, string>();
 
   constructor(private readonly o: LayoutClientOptions) {
     this.state = Array.from({ length: o.groups }, (_, g) => new GroupState(new GroupKeys(o.scope, g)));
-    this.spanMs = bucketSpanMs(o.idTtlMs);
+    this.spanMs = bucketSpanMs(o.idTtlMs, o.bucketsPerTtl);
     this.versionFanout = versionFanout(o.expectedEntities, o.groups);
     this.minFanout = minFanout(o.groups);
   }
@@ -153,10 +164,13 @@ export class LayoutClient {
       throw fenced;
     }
     if (failed !== undefined) throw failed;
+    if (this.claimedDigests.size > MAX_REMEMBERED_DIGESTS) this.claimedDigests.clear();
     settled.forEach((s, k) => {
       if (s.status !== "fulfilled") return;
       (byGroup.get(groups[k]!) ?? []).forEach((p, i) => {
-        results[p.index] = s.value[i]!;
+        const result = s.value[i]!;
+        results[p.index] = result;
+        if (result.decision === "relay") this.claimedDigests.set(p.id, p.digest);
       });
     });
     return results;
@@ -183,7 +197,7 @@ export class LayoutClient {
       let size = 512 + items.length * (keys.claimPrefix.length + 48) + entities.size * 160;
       for (const p of items) size += p.id.length * 3;
       for (const prefix of prefixes) size += items.length * (prefix.length + 16);
-      const args = new ScriptArgs(size);
+      const args = new ScriptArgs(size, this.frames);
       args.sampleKey = keys.meta;
       args.key(keys.meta).key(keys.fence(this.o.fence));
       for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
@@ -248,7 +262,7 @@ export class LayoutClient {
         // Group 0 shares its slot with the previous layout: it reads every entity's old key.
         const old = g === 0 ? entities : [];
         const dir = own.length > 0 ? await this.directory(g, true) : undefined;
-        const args = new ScriptArgs(128 + (own.length + old.length) * 96);
+        const args = new ScriptArgs(128 + (own.length + old.length) * 96, this.frames);
         args.sampleKey = st.keys.meta;
         for (const e of own)
           args.keyWithIndex(st.keys.versionPrefix, hashIndex(e.digest, dir?.versionFanout ?? 1));
@@ -317,7 +331,7 @@ export class LayoutClient {
       const current = dir.current;
       let size = 512 + items.length * (keys.claimPrefix.length + 112) + records.length * 160;
       for (const p of items) size += p.id.length * 3;
-      const args = new ScriptArgs(size);
+      const args = new ScriptArgs(size, this.frames);
       args.sampleKey = keys.meta;
       args.key(keys.meta).key(keys.fence(this.o.fence));
       for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
@@ -366,7 +380,7 @@ export class LayoutClient {
     await Promise.all(
       [...byGroup].map(([g, group]) => {
         const keys = this.state[g]!.keys;
-        const args = new ScriptArgs(128 + group.length * 96);
+        const args = new ScriptArgs(128 + group.length * 96, this.frames);
         args.sampleKey = keys.meta;
         for (const p of group) args.keyWithText(keys.claimPrefix, p.id);
         args.arg(group.map((p) => `${claimValue(p.token)}\n`).join(""));
@@ -380,8 +394,12 @@ export class LayoutClient {
   private prepare(items: readonly (GuardItem & { token?: string })[], withVersions: boolean): Item[] {
     const groups = this.o.groups;
     const entities = new Map<string, Entity>();
+    const known = this.claimedDigests;
     return items.map((item, index) => {
-      const d = digest(item.id);
+      // Commit and release end a claim: its digest is not needed after them.
+      const remembered = item.token === undefined ? undefined : known.get(item.id);
+      if (remembered !== undefined) known.delete(item.id);
+      const d = remembered ?? digest(item.id);
       const v = withVersions ? versionOf(item) : undefined;
       let entity: Entity | undefined;
       if (v) {
@@ -476,11 +494,15 @@ export class LayoutClient {
       for (let attempt = 0; ; attempt++) {
         const cmd = new ScriptCommand(script, args);
         try {
+          let reply: unknown;
           if (!wait) {
             void client.sendCommand(cmd);
-            return (await cmd.promise) as unknown;
+            reply = await cmd.promise;
+          } else {
+            reply = await this.sendAndWait(client, cmd);
           }
-          return await this.sendAndWait(client, cmd);
+          args.recycle();
+          return reply;
         } catch (err) {
           if (attempt === 0 && isNoScript(err) && cmd.socket) {
             script.forget(cmd.socket);

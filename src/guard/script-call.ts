@@ -68,6 +68,28 @@ export class GuardScript {
   }
 }
 
+/**
+ * Frame buffers for reuse. A claim or commit of 500 ids writes a frame of 50-150 KB: allocated fresh
+ * each time, that is external memory V8 answers with full garbage collections. A buffer comes back
+ * only after its call's reply arrived (the frame had been written whole before Redis could answer);
+ * one whose call failed is dropped, since a timed-out command may still sit in ioredis's queue.
+ */
+export class FramePool {
+  private readonly free: Buffer[] = [];
+
+  constructor(private readonly keep = 4) {}
+
+  take(size: number): Buffer {
+    const i = this.free.findIndex((b) => b.length >= size);
+    if (i >= 0) return this.free.splice(i, 1)[0]!;
+    return Buffer.allocUnsafe(size);
+  }
+
+  give(buf: Buffer): void {
+    if (this.free.length < this.keep) this.free.push(buf);
+  }
+}
+
 /** Builds the arguments after the script: numkeys, the keys, then ARGV. */
 export class ScriptArgs {
   private buf: Buffer;
@@ -78,8 +100,17 @@ export class ScriptArgs {
   /** One key of the call, for ioredis's Cluster routing (all keys share a hash tag). */
   sampleKey: string | undefined;
 
-  constructor(sizeHint = 4096) {
-    this.buf = Buffer.allocUnsafe(HEAD_ROOM + Math.max(256, sizeHint));
+  constructor(
+    sizeHint = 4096,
+    private readonly pool?: FramePool,
+  ) {
+    const size = HEAD_ROOM + Math.max(256, sizeHint);
+    this.buf = pool ? pool.take(size) : Buffer.allocUnsafe(size);
+  }
+
+  /** The call has its reply: its buffer may carry another call's frame now (this one is not used again). */
+  recycle(): void {
+    this.pool?.give(this.buf);
   }
 
   /** A key: `prefix` (bytes) followed by a decimal number. */

@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { Redis } from "ioredis";
 import { pino } from "pino";
 import type { Logger } from "pino";
 import { isRelayError } from "../../src/errors.js";
-import { inspectId } from "../../src/guard/layout.js";
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { GroupKeys, inspectId } from "../../src/guard/layout.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { startRedisReplicated } from "../helpers/local-redis-cluster.js";
@@ -114,3 +117,38 @@ test("a link with waitReplicas 1: its replica paused mid-transfer, the link paus
   assertDelivery({ ...(await checkDelivery({ fault: "guard replica paused", dest: ncb, stream: dst, source: await readSource(nca, src) })), liveness });
   assert.ok((await metricValue(relay, "relay_errors_total", { code: "GUARD_UNAVAILABLE" })) > 0);
 });
+
+test("claims stay on the primary: the replica and the AOF get the commits and the lease fence, never a claim key", async (t) => {
+  const { primary, replicas } = await startRedisReplicated(t, { replicas: 1 });
+  const replica = replicas[0]!.client(t);
+  const admin = primary.client(t);
+  const scope = uniqueName("B:LOCAL");
+  const g = new RedisGuard(
+    { kind: "redis", url: primary.url, waitReplicas: 1, waitTimeoutMs: 2_000 },
+    { idTtlMs: 60_000, claimTtlMs: 30_000, strict: false },
+    { logger: pino({ level: "silent" }), scope, linkName: "t" },
+  );
+  t.after(() => g.stop());
+  await g.start();
+  const keys = new GroupKeys(scope, 0);
+  const [claimed, released] = await g.claim([{ id: "k1" }, { id: "k2" }], undefined, { epoch: 7 });
+  assert.equal(claimed?.decision, "relay");
+  assert.equal(await admin.get(keys.claim("k1")), `c:${claimed!.token}`, "the primary holds the claim");
+  await g.release([{ id: "k2", token: released!.token! }]);
+  await g.commit([{ id: "k1", token: claimed!.token! }], { epoch: 7 });
+  // The commit waited for the replica: everything replicated before it is there now.
+  assert.equal((await inspectId(replica, scope, "k1")).state, "d", "the replica has the commit");
+  assert.equal(await replica.get(keys.fence("t")), "7", "and the lease fence");
+  assert.equal(await admin.exists(keys.claim("k1"), keys.claim("k2")), 0, "the commit and the release ended the claims");
+  const aofDir = join(primary.dir, "appendonlydir");
+  const aof = (await Promise.all((await readdir(aofDir)).filter((f) => f.endsWith(".incr.aof")).map((f) => readFile(join(aofDir, f), "latin1")))).join("");
+  assert.ok(aof.includes(`relay:{${scope}}:i:`), "the AOF holds the commit");
+  assert.ok(!aof.includes(keys.claim("k1")) && !aof.includes(keys.claim("k2")), "the AOF holds no claim key (set, deleted or released)");
+  assert.ok(!(await replicaHasKey(replica, keys.claim("k1"))), "the replica never saw the claim");
+});
+
+/** A key on a replica, whether expired or not (a replica keeps expired keys until its primary deletes them). */
+async function replicaHasKey(replica: Redis, key: string): Promise<boolean> {
+  const [, keys] = await replica.scan("0", "MATCH", key.replace(/[[\]*?{}\\]/g, "\\$&"), "COUNT", 10_000);
+  return keys.length > 0;
+}
