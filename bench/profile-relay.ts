@@ -13,6 +13,7 @@ import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
+import { Redis } from "ioredis";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
 import { addStream, cpuSeconds, fill, timeUntilFull, writeBenchConfig } from "./common.js";
@@ -81,10 +82,15 @@ async function main(): Promise<void> {
     await addStream(ncb, "DST", ["src.>"]);
     await fill(nca, "src", COUNT, "p");
     let guardYaml = "";
+    let redisUrl: string | undefined;
+    let redisPid: number | undefined;
     if (GUARD === "redis") {
       const redis = await servers.startRedis({ appendonly: true });
       guardYaml = `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`;
+      redisUrl = redis.url;
+      redisPid = redis.pid;
     }
+    const redisCpu0 = cpuSeconds(redisPid);
     const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
     const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${tmp}`] });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
@@ -97,6 +103,7 @@ async function main(): Promise<void> {
       console.log(`system calls of the relay while it relayed ${COUNT} messages:\n${straceOut.join("")}`);
     }
     const cpu = (cpuSeconds(proc.pid) * 100_000) / COUNT;
+    if (redisUrl) await printGuardCalls(redisUrl, ((cpuSeconds(redisPid) - redisCpu0) * 100_000) / COUNT);
     proc.signal("SIGTERM");
     await proc.exited;
     await Promise.all([nca.close(), ncb.close()]);
@@ -110,6 +117,24 @@ async function main(): Promise<void> {
   } finally {
     rmSync(tmp, { recursive: true, force: true });
     await servers.cleanup();
+  }
+}
+
+/** How the guard used Redis: script calls, ids per call, commands per id, Redis CPU (what batching buys). */
+async function printGuardCalls(url: string, cpuPer100k: number): Promise<void> {
+  const admin = new Redis(url);
+  try {
+    const stats = String(await admin.info("commandstats"));
+    const calls = new Map<string, { calls: number; usec: number }>();
+    for (const m of stats.matchAll(/^cmdstat_([\w|]+):calls=(\d+),usec=(\d+)/gm)) calls.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
+    const scripts = (calls.get("evalsha")?.calls ?? 0) + (calls.get("eval")?.calls ?? 0);
+    const inner = [...calls].filter(([name]) => !/^(eval|evalsha|info|config|ping|client|hello|select|script)/.test(name));
+    console.log(
+      `guard: ${scripts} script calls (${(COUNT / Math.max(1, scripts / 2)).toFixed(0)} ids per claim + commit pair), Redis CPU ${cpuPer100k.toFixed(2)} s per 100k; ` +
+        `per id: ${inner.map(([name, c]) => `${name} ${(c.calls / COUNT).toFixed(2)}`).join(", ")}`,
+    );
+  } finally {
+    admin.disconnect();
   }
 }
 

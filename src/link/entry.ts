@@ -113,6 +113,11 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     headers,
     sourceMs: Number(msg.timestampNanos.slice(0, -6) || "0"),
     state: "claim",
+    // Every field set from the start (also those set later, or never): one object shape for all entries.
+    token: undefined,
+    brokerDuplicate: false,
+    deadLetterReason: undefined,
+    haltWith: undefined,
     attempt: 0,
     publishStartedAt: 0,
     firstAttemptMs: 0,
