@@ -5,7 +5,7 @@ import { Progress } from "../observability/progress.js";
 import { applyExitCode, applyPlan } from "../streams/apply.js";
 import { applyJson, formatApply, formatPlan, planJson } from "../streams/format.js";
 import { planStreams, selectRegions } from "../streams/plan.js";
-import { closeSessions } from "../streams/session.js";
+import { closeSessions } from "../nats/region-session.js";
 import type { CommandSpec } from "./args.js";
 import { helpText, parseCommandArgs, requireString } from "./args.js";
 

@@ -6,7 +6,7 @@
  * Nothing fails as a whole because one thing is unreachable: an unreachable region or Redis is an
  * error row for the links that need it, and the checks that depend on it are skipped.
  */
-import { jetstreamManager, JetStreamApiCodes } from "@nats-io/jetstream";
+import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
 import { millis } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
@@ -29,7 +29,7 @@ import { heldByEarlierRelay, markerGroups, readMarker } from "../guard/marker.js
 import { readEviction, readReplication } from "../guard/safety-probe.js";
 import { leaseKey } from "../group/lease-key.js";
 import { isApiCode } from "../nats/durable-consumer.js";
-import { connectRegion, stripCredentials } from "../nats/connect.js";
+import { openRegion } from "../nats/region-session.js";
 import {
   checkConsumer,
   checkDeadLetter,
@@ -110,25 +110,9 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-async function openRegion(region: RegionConfig, logger: Logger, timeoutMs: number): Promise<RegionSession> {
-  let nc: NatsConnection;
-  try {
-    nc = await connectRegion(region, {
-      name: "jetstream-relay/check",
-      logger,
-      firstConnectTimeoutMs: timeoutMs,
-    });
-  } catch (err) {
-    // connectRegion's errors name the region and its servers without credentials.
-    return { fact: { ok: false, reason: message(err) } };
-  }
-  const server = stripCredentials(nc.getServer());
-  const opts = { checkAPI: false, timeout: timeoutMs, ...(region.domain ? { domain: region.domain } : {}) };
-  try {
-    return { fact: { ok: true, server }, nc, jsm: await jetstreamManager(nc, opts) };
-  } catch (err) {
-    return { fact: { ok: false, reason: `region ${region.name}: JetStream API: ${message(err)}` }, nc };
-  }
+async function openCheckedRegion(region: RegionConfig, logger: Logger, timeoutMs: number): Promise<RegionSession> {
+  const s = await openRegion(region, { name: "jetstream-relay/check", logger, timeoutMs, checkApi: false });
+  return s.ok ? { fact: { ok: true, server: s.server }, nc: s.nc, jsm: s.jsm } : { fact: { ok: false, reason: s.reason } };
 }
 
 export function streamFacts(info: StreamInfo): StreamFact {
@@ -317,7 +301,7 @@ export async function runPreflight(
   await Promise.all(
     regionNames.map(async (name) => {
       const region = config.regions.get(name);
-      if (region) sessions.set(name, await openRegion(region, logger, connectTimeoutMs));
+      if (region) sessions.set(name, await openCheckedRegion(region, logger, connectTimeoutMs));
     }),
   );
 

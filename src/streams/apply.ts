@@ -9,7 +9,7 @@ import { nanos } from "@nats-io/nats-core";
 import { openGroupBucket } from "../group/bucket.js";
 import { readExisting } from "./inspect.js";
 import { createWithReplicas } from "../nats/replicas.js";
-import type { RegionSession } from "./session.js";
+import type { RegionSession } from "../nats/region-session.js";
 import { bucketStreamName } from "./types.js";
 import type { Change, ItemResult, Outcome, PlanItem, RegionResult, StreamsPlan } from "./types.js";
 

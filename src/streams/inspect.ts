@@ -9,7 +9,7 @@ import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { isApiCode } from "../nats/durable-consumer.js";
 import type { StreamFact } from "../preflight/checks.js";
 import { streamFacts } from "../preflight/preflight.js";
-import type { RegionSession } from "./session.js";
+import type { RegionSession } from "../nats/region-session.js";
 import { bucketStreamName, DEAD_LETTER_STREAM } from "./types.js";
 import type { ExistingFact, ExistingStream, RegionNeeds, SourceNote } from "./types.js";
 

@@ -11,8 +11,8 @@ import type { StreamFact } from "../preflight/checks.js";
 import { planRegionItems } from "./diff.js";
 import { readRegion, readSource, sourceNotes } from "./inspect.js";
 import { regionNeeds } from "./needs.js";
-import { openRegion } from "./session.js";
-import type { RegionSession } from "./session.js";
+import { openRegion } from "../nats/region-session.js";
+import type { RegionSession } from "../nats/region-session.js";
 import type { RegionPlan, StreamsPlan } from "./types.js";
 
 export interface PlanOptions {
@@ -55,7 +55,7 @@ export async function planStreams(
   await Promise.all(
     [...needed].map(async (name) => {
       const region = config.regions.get(name);
-      if (region) sessions.set(name, await openRegion(region, logger, timeoutMs));
+      if (region) sessions.set(name, await openRegion(region, { name: "jetstream-relay/streams", logger, timeoutMs }));
     }),
   );
 

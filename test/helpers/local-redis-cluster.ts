@@ -5,8 +5,9 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { check } from "./check.js";
-import { LocalProcess, freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
-import { redisPing } from "./local-redis.js";
+import type { LocalProcess } from "./local-process.js";
+import { freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
+import { redisServerProcess } from "./local-redis.js";
 import type { HasAfter } from "./servers.js";
 
 /**
@@ -34,29 +35,7 @@ export class LocalRedisServer {
     readonly dir: string,
     opts: LocalRedisServerOptions,
   ) {
-    // prettier-ignore
-    const args = [
-      "--port", String(port),
-      "--bind", "127.0.0.1",
-      "--dir", dir,
-      "--save", "",
-      "--appendonly", opts.appendonly ? "yes" : "no",
-      "--daemonize", "no",
-      "--logfile", "",
-      ...(opts.args ?? []),
-    ];
-    this.proc = new LocalProcess({
-      label: `redis-server :${port}`,
-      command: bin,
-      args: () => args,
-      logFile: join(dir, "redis-server.log"),
-      ready: (_proc, signal) =>
-        check(() => redisPing(port), {
-          name: `redis-server :${port} answers PING`,
-          timeoutMs: 10_000,
-          signal,
-        }).then(() => undefined),
-    });
+    this.proc = redisServerProcess(bin, port, dir, opts);
   }
 
   get address(): string {

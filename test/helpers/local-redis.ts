@@ -5,6 +5,43 @@ import { LocalProcess } from "./local-process.js";
 import type { RedisNode, RedisOptions } from "./types.js";
 
 /**
+ * A redis-server on `port` (loopback) working in `dir`: no RDB snapshots (tests decide durability by
+ * appendonly alone), log to `dir`/redis-server.log, ready when it answers PING. `args` go last.
+ */
+export function redisServerProcess(
+  bin: string,
+  port: number,
+  dir: string,
+  opts: RedisOptions & { readonly args?: readonly string[] },
+): LocalProcess {
+  // prettier-ignore
+  const args = [
+    "--port", String(port),
+    "--bind", "127.0.0.1",
+    "--dir", dir,
+    "--save", "",
+    "--appendonly", opts.appendonly ? "yes" : "no",
+    ...(opts.appendfsync ? ["--appendfsync", opts.appendfsync] : []),
+    "--daemonize", "no",
+    "--logfile", "", // stdout, which goes to redis-server.log
+    ...(opts.password ? ["--requirepass", opts.password] : []),
+    ...(opts.args ?? []),
+  ];
+  return new LocalProcess({
+    label: `redis-server :${port}`,
+    command: bin,
+    args: () => args,
+    logFile: join(dir, "redis-server.log"),
+    ready: (_proc, signal) =>
+      check(() => redisPing(port, opts.password), {
+        name: `redis-server :${port} answers PING with PONG`,
+        timeoutMs: 10_000,
+        signal,
+      }).then(() => undefined),
+  });
+}
+
+/**
  * One redis-server process on a pre-allocated port (redis has no "pick a port and tell me"
  * mode), with its working dir fixed so an AOF written before restart() is replayed after it.
  */
@@ -17,31 +54,7 @@ export class LocalRedisNode implements RedisNode {
     readonly dir: string,
     private readonly opts: RedisOptions,
   ) {
-    // prettier-ignore
-    const args = [
-      "--port", String(port),
-      "--bind", "127.0.0.1",
-      "--dir", dir,
-      // No RDB snapshots: tests decide durability via appendonly only.
-      "--save", "",
-      "--appendonly", opts.appendonly ? "yes" : "no",
-      ...(opts.appendfsync ? ["--appendfsync", opts.appendfsync] : []),
-      "--daemonize", "no",
-      "--logfile", "", // stdout, which goes to redis-server.log
-      ...(opts.password ? ["--requirepass", opts.password] : []),
-    ];
-    this.proc = new LocalProcess({
-      label: `redis-server :${port}`,
-      command: bin,
-      args: () => args,
-      logFile: join(dir, "redis-server.log"),
-      ready: (_proc, signal) =>
-        check(() => redisPing(port, opts.password), {
-          name: `redis-server :${port} answers PING with PONG`,
-          timeoutMs: 10_000,
-          signal,
-        }).then(() => undefined),
-    });
+    this.proc = redisServerProcess(bin, port, dir, opts);
   }
 
   get url(): string {

@@ -14,7 +14,7 @@ import { Progress } from "../../src/observability/progress.js";
 import { runPreflight } from "../../src/preflight/preflight.js";
 import { applyExitCode, applyPlan } from "../../src/streams/apply.js";
 import { planStreams } from "../../src/streams/plan.js";
-import { closeSessions } from "../../src/streams/session.js";
+import { closeSessions } from "../../src/nats/region-session.js";
 import { freePort } from "../helpers/local-process.js";
 import { RelayProcess, writeConfig } from "../helpers/relays.js";
 import { withServers } from "../helpers/servers.js";

@@ -1,13 +1,14 @@
 /**
- * A connection to one region for `streams plan|apply`: connected (auth and TLS from the config, the
- * first connect given up after a timeout), with a JetStream manager for the region's domain.
+ * A connection to one region for the commands that inspect it (`check --live`, `streams plan|apply`):
+ * connected (auth and TLS from the config, the first connect given up after a timeout), with a
+ * JetStream manager for the region's domain.
  */
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { RegionConfig } from "../config/types.js";
-import { connectRegion, stripCredentials } from "../nats/connect.js";
+import { connectRegion, stripCredentials } from "./connect.js";
 
 export type RegionSession =
   | {
@@ -26,15 +27,21 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
-export async function openRegion(
-  region: RegionConfig,
-  logger: Logger,
-  timeoutMs: number,
-): Promise<RegionSession> {
+export interface OpenRegionOptions {
+  /** The connection's name, as the server lists it. */
+  readonly name: string;
+  readonly logger: Logger;
+  readonly timeoutMs: number;
+  /** Ask the JetStream API once before returning (default true); false leaves that to the first call. */
+  readonly checkApi?: boolean;
+}
+
+export async function openRegion(region: RegionConfig, opts: OpenRegionOptions): Promise<RegionSession> {
+  const { logger, timeoutMs } = opts;
   let nc: NatsConnection;
   try {
     nc = await connectRegion(region, {
-      name: "jetstream-relay/streams",
+      name: opts.name,
       logger,
       firstConnectTimeoutMs: timeoutMs,
     });
@@ -45,6 +52,7 @@ export async function openRegion(
   try {
     const jsm = await jetstreamManager(nc, {
       timeout: timeoutMs,
+      ...(opts.checkApi === false ? { checkAPI: false } : {}),
       ...(region.domain ? { domain: region.domain } : {}),
     });
     const info = nc.info;
