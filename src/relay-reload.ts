@@ -25,6 +25,13 @@ export interface ReloadReport {
   readonly changed?: readonly string[];
   readonly unchanged?: readonly string[];
   readonly needsRestart?: readonly string[];
+  /**
+   * Added or changed links that were not running when the reload ended (it waits a few seconds for
+   * them), with why: a start that failed (its error, as `/status` shows it for the link: a consumer
+   * whose filter differs, a guard that refuses) or one still under way (a region not reachable yet).
+   * Any of them makes the result `partial`.
+   */
+  readonly notStarted?: readonly { readonly link: string; readonly reason: string }[];
 }
 
 interface LabelledMetric {

@@ -354,11 +354,25 @@ export class Relay {
       .map((r) => this.connections.forget(r));
     await Promise.all([...replaced, ...unused].map(close));
     starts.push(...later.map((u) => this.startLink(u).catch(() => undefined)));
-    await Promise.race([Promise.all(starts), sleep(this.deps.startWaitMs ?? 5_000, this.abort.signal)]);
+    const waitUntil = Date.now() + (this.deps.startWaitMs ?? 5_000);
+    await Promise.race([Promise.all(starts), sleep(waitUntil - Date.now(), this.abort.signal)]);
+    // A started link still takes its lease and reads its cursor: within the same wait, see it run or fail.
+    const reloaded = [...plan.added, ...plan.changed].map((u) => u.name);
+    const starting = () => this.links.some((l) => reloaded.includes(l.name) && l.currentState === "starting");
+    while (starting() && Date.now() < waitUntil && !this.abort.signal.aborted) await sleep(50, this.abort.signal);
 
     const hash = configHash(next);
-    const result = plan.needsRestart.length > 0 ? "partial" : "success";
     const names = (units: readonly LinkConfig[]) => units.map((u) => u.name);
+    const notStarted = reloaded.flatMap((name) => {
+      const waiting = this.waiting.get(name);
+      if (waiting) return [{ link: name, reason: waiting.failed ? waiting.reason : `still starting: ${waiting.reason}` }];
+      const link = this.links.find((l) => l.name === name);
+      if (!link) return [{ link: name, reason: "still starting" }];
+      const { state, stateReason } = link.status();
+      if (state === "failed") return [{ link: name, reason: stateReason ?? "failed" }];
+      return state === "starting" ? [{ link: name, reason: `still starting: ${stateReason ?? ""}` }] : [];
+    });
+    const result = plan.needsRestart.length > 0 || notStarted.length > 0 ? "partial" : "success";
     const report: ReloadReport = {
       at: at.toISOString(),
       trigger,
@@ -368,6 +382,7 @@ export class Relay {
       changed: names(plan.changed),
       unchanged: [...plan.unchanged],
       needsRestart: [...plan.needsRestart],
+      ...(notStarted.length > 0 ? { notStarted } : {}),
     };
     this.loaded = { hash, at };
     this.lastReload = report;
@@ -377,9 +392,9 @@ export class Relay {
     this.metrics.configInfo.set({ hash }, 1);
     this.metrics.configLoaded.set(at.getTime() / 1000);
     const counts = `${plan.added.length} added, ${plan.removed.length} removed, ${plan.changed.length} changed, ${plan.unchanged.length} unchanged`;
-    this.logger.info(
+    this.logger[notStarted.length > 0 ? "warn" : "info"](
       { ...report, hash, tookMs: Date.now() - at.getTime() },
-      `config reloaded (${result}): ${counts}`,
+      `config reloaded (${result}): ${counts}${notStarted.length > 0 ? `; not started: ${notStarted.map((n) => n.link).join(", ")}` : ""}`,
     );
     return report;
   }

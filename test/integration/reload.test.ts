@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { parseConfigText } from "../../src/config/load.js";
 import { ConfigReloader } from "../../src/config/reloader.js";
@@ -417,9 +417,9 @@ test("reload.watch: writing the file as a temporary file renamed over it reloads
   const status = await check(
     async () => {
       const s = await getStatus(url);
-      return s.links.some((l) => l.name === "a-to-b-2") ? s : undefined;
+      return s.links.some((l) => l.name === "a-to-b-2") && s.config?.lastReload ? s : undefined;
     },
-    { name: "the added link runs after the rename", timeoutMs: 10_000 },
+    { name: "the added link runs after the rename, and the reload is reported", timeoutMs: 10_000 },
   );
   assert.equal(status.config?.lastReload?.trigger, "watch");
   const ids = await publishIds(r.nca, pair.src, "w", 300);
@@ -546,4 +546,29 @@ test("a source region's new server list: its connection is replaced and its link
   assert.equal(connects(), 2, "region a connected again");
   await waitForCount(r.ncb, r.dst, 5_500, 30_000, "the link relays on its new connection");
   await assertInOrder(r.ncb, r.dst, [...ids, ...Array.from({ length: 5_000 }, (_, i) => `m-${i + 500}`)]);
+});
+
+test("a reload whose new link cannot start is partial, naming the link and why; the running link goes on", async (t) => {
+  const r = await twoRegions(t);
+  const one: LinkSpec = { name: "one", src: r.src, dst: r.dst };
+  const { relay, url } = await startRelay(t, configYaml(r, [one]), "b", { http: true });
+  await ownedStatus(url, "one");
+  const pair = await streamPair(r);
+  // The new link's durable exists with another filter: its start is refused (the cursor would move).
+  const durable = uniqueName("two-durable");
+  await (await jetstreamManager(r.nca)).consumers.add(pair.src, { durable_name: durable, filter_subject: `${pair.src}.9`, ack_policy: AckPolicy.Explicit });
+  const two: LinkSpec = { name: "two", ...pair, extra: `    durable: ${durable}\n` };
+  const report = await relay.reload(parseConfigText(configYaml(r, [one, two]), "test.yaml"));
+  assert.equal(report.result, "partial");
+  assert.deepEqual(report.added, ["two"]);
+  assert.equal(report.notStarted?.length, 1, JSON.stringify(report));
+  assert.equal(report.notStarted?.[0]?.link, "two");
+  assert.match(report.notStarted?.[0]?.reason ?? "", new RegExp(`durable ${durable} .* filters`));
+  const status = await getStatus(url);
+  assert.deepEqual(status.config?.lastReload?.notStarted, report.notStarted);
+  assert.equal(await metricValue(relay, "relay_config_reloads_total", { result: "partial" }), 1);
+  assert.equal(await metricValue(relay, "relay_config_reloads_total", { result: "success" }), 0);
+  const ids = await publishIds(r.nca, r.src, "after", 200);
+  await waitForCount(r.ncb, r.dst, ids.length, 30_000, "the running link after the reload");
+  await assertInOrder(r.ncb, r.dst, ids);
 });
