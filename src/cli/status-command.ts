@@ -48,7 +48,13 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
 export function configHeader(status: RelayStatus): string {
   const c = status.config;
   if (!c) return "";
-  const last = c.lastReload?.result === "failure" ? ` (last reload at ${c.lastReload.at} failed)` : "";
+  const notStarted = c.lastReload?.notStarted?.map((n) => n.link) ?? [];
+  const last =
+    c.lastReload?.result === "failure"
+      ? ` (last reload at ${c.lastReload.at} failed)`
+      : notStarted.length > 0
+        ? ` (last reload at ${c.lastReload?.at}: not started: ${notStarted.join(", ")})`
+        : "";
   const restart = c.needsRestart?.length ? ` (needs a restart: ${c.needsRestart.join(", ")})` : "";
   return `, config ${c.hash} loaded ${c.loadedAt}${last}${restart}`;
 }

@@ -241,4 +241,11 @@ test("jetstream-relay status: the header names the config's hash, a failed last 
     configHeader({ ...base, config: { ...config, lastReload: failed, needsRestart: ["group.lease"] } }),
     /\(last reload at 2026-12-01T00:02:00.000Z failed\) \(needs a restart: group.lease\)$/,
   );
+  const partial = {
+    at: "2026-12-01T00:03:00.000Z",
+    trigger: "SIGHUP",
+    result: "partial" as const,
+    notStarted: [{ link: "two", reason: "link two: durable d filters x" }],
+  };
+  assert.match(configHeader({ ...base, config: { ...config, lastReload: partial } }), /\(last reload at 2026-12-01T00:03:00.000Z: not started: two\)$/);
 });
