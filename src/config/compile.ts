@@ -44,6 +44,7 @@ export const DEFAULTS = Object.freeze({
    */
   inFlightBytes: 64 * 1024 * 1024,
   ackWaitMs: 30_000,
+  sourceAcks: "each" as const,
   publishTimeoutMs: 5_000,
   maxHops: 8,
   onGap: "continue",
@@ -247,6 +248,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
     inFlightBytes: l.inFlightBytes ?? DEFAULTS.inFlightBytes,
     ackWaitMs,
+    sourceAcks: l.sourceAcks ?? DEFAULTS.sourceAcks,
     publishTimeoutMs: l.publishTimeout ?? DEFAULTS.publishTimeoutMs,
     stripHeaders,
     maxHops: l.maxHops ?? DEFAULTS.maxHops,

@@ -412,6 +412,7 @@ const LinkSchema = obj({
   inFlight: integer(1, 65_536).optional(),
   inFlightBytes: byteSize(64 * 1024, 16 * 1024 ** 3).optional(),
   ackWait: duration({ allowZero: false }).optional(),
+  sourceAcks: oneOf(["each", "cumulative"] as const).optional(),
   publishTimeout: duration({ allowZero: false }).optional(),
   stripHeaders: z.array(headerName).optional(),
   maxHops: integer(1, 255).optional(),

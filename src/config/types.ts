@@ -94,6 +94,11 @@ export interface LinkConfig {
    */
   readonly inFlightBytes: number;
   readonly ackWaitMs: number;
+  /**
+   * How the source cursor is acknowledged: `each` message (AckExplicit), or `cumulative` (AckAll: one
+   * ack per batch covers every message up to it, sent only once all of them are finished).
+   */
+  readonly sourceAcks: "each" | "cumulative";
   readonly publishTimeoutMs: number;
   /** Header names removed before publishing (the JetStream control headers by default). */
   readonly stripHeaders: readonly string[];

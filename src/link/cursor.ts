@@ -3,7 +3,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, isRelayError } from "../errors.js";
-import { createDurable, readDurable } from "../nats/durable-consumer.js";
+import { ackPolicyOf, createDurable, readDurable } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
 
@@ -65,11 +65,20 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     }
     return { info, created: true, repositioned: false, ...(startSeq !== undefined ? { startSeq } : {}), stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   }
-  if (!holdsNothing || existing.num_ack_pending === 0) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
+  // A consumer's ack policy cannot be changed: `sourceAcks` changed, it is replaced at its ack floor.
+  const policyChanged = existing.config.ack_policy !== ackPolicyOf(link);
+  if (!policyChanged && (!holdsNothing || existing.num_ack_pending === 0)) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
   const stored = await storedAbove(deps.dest, markers, floor);
   const info = await createDurable(jsm, link, floor + 1, true);
   const storedUpTo = Math.max(floor, ...stored.keys());
+  if (policyChanged) {
+    logger.info(
+      { durable: link.durableName, from: existing.config.ack_policy, to: info.config.ack_policy, startSeq: floor + 1, alreadyStored: stored.size },
+      `sourceAcks is ${link.sourceAcks} now: the consumer was replaced with ack policy ${info.config.ack_policy}, restarting at its ack floor + 1 (source seq ${floor + 1}; ${stored.size} messages above it are in the destination already and are only acked)`,
+    );
+    return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo, heldUpTo: existing.delivered.stream_seq };
+  }
   logger.info(
     { durable: link.durableName, ackPending: existing.num_ack_pending, startSeq: floor + 1, alreadyStored: stored.size },
     `ordered recovery: ${existing.num_ack_pending} messages were held by a previous owner; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,

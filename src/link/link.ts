@@ -410,7 +410,10 @@ export class Link {
         );
         this.throttled = false; // readDurable/createDurable set MaxAckPending back to inFlight
         // A new or moved cursor numbers its deliveries from 1 again.
-        if (position.created || position.repositioned) this.lastConsumerSeq = 0;
+        if (position.created || position.repositioned) {
+          this.lastConsumerSeq = 0;
+          this.pipeline.cursorMoved();
+        }
         this.recoverLost = false;
         if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);

@@ -10,6 +10,7 @@ import type { SourceAcks } from "../nats/source-acks.js";
 import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
 import { newEntry, stripSet, toDeadLetter, toOversizedDeadLetter, wireSize } from "./entry.js";
+import { CumulativeAcks } from "./cumulative-acks.js";
 import { DestinationLedger } from "./destination-ledger.js";
 import { NanosFormatter, RelayHeaders } from "./headers.js";
 import { outcomeCounters } from "./outcome-counters.js";
@@ -128,6 +129,8 @@ export class Pipeline {
   private incarnation: number | undefined;
   /** Messages up to this source seq were held by a previous owner (ordered recovery): their claims are taken over. */
   private takeoverUpTo = 0;
+  /** `sourceAcks: cumulative`: finished messages wait here for the one ack that covers them. */
+  private readonly cumulative: CumulativeAcks | undefined;
   /** A claim another owner holds: claims (and so publishes past it) wait until then. */
   private claimHoldUntil = 0;
 
@@ -136,6 +139,7 @@ export class Pipeline {
     this.counters = outcomeCounters(deps.metrics, deps.link.name);
     this.directRoutes = directRoutesFor(deps.link, deps.links);
     this.label = { link: deps.link.name };
+    this.cumulative = deps.link.sourceAcks === "cumulative" ? new CumulativeAcks() : undefined;
   }
 
   /** Messages between receive and ack. */
@@ -169,6 +173,7 @@ export class Pipeline {
     // A recreated stream restarts at seq 1: what this pipeline remembers by sequence is about the old one.
     if (createdMs !== this.incarnation) {
       this.ledger.reset();
+      this.cumulative?.reset();
       this.highestLoopCounted = 0;
     }
     this.incarnation = createdMs;
@@ -187,8 +192,17 @@ export class Pipeline {
    * are delivered again they are acked as already stored, without a publish.
    */
   setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number, heldUpToSourceSeq: number): void {
+    this.cursorMoved();
     this.ledger.setKnown(stored, upToSourceSeq);
     this.takeoverUpTo = heldUpToSourceSeq;
+  }
+
+  /**
+   * The consumer was created or moved: an ack subject of the one before must not be sent to it (under
+   * AckAll it would cover messages of the new cursor that are not finished).
+   */
+  cursorMoved(): void {
+    this.cumulative?.reset();
   }
 
   /** The highest destination sequence this link has seen its messages at. */
@@ -222,7 +236,7 @@ export class Pipeline {
     if (!decision.forward) {
       if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       if (!this.deps.owns()) return; // fenced: the next owner acks it
-      this.deps.acks.ack(msg.reply);
+      this.ackSource(seq, msg.reply);
       // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted
       // again — whatever its delivery count says (a source server restarted from disk can have lost the
       // acks and deliver them again as first deliveries). The consumer delivers in stream order.
@@ -249,7 +263,7 @@ export class Pipeline {
   private redeliveredAfterDone(msg: Delivery): boolean {
     const destSeq = this.ledger.finishedAt(msg.streamSequence);
     if (destSeq === undefined || !this.deps.owns()) return false;
-    this.deps.acks.ack(msg.reply);
+    this.ackSource(msg.streamSequence, msg.reply);
     if (destSeq > 0) {
       this.count("duplicate");
       this.correct("broker_duplicate");
@@ -289,6 +303,7 @@ export class Pipeline {
     this.commitQueue = [];
     this.fenced = [];
     this.ledger.reset();
+    this.cumulative?.reset();
     this.uncommittedVersions.clear();
     this.head = 0;
     this.bySeq.clear();
@@ -366,6 +381,7 @@ export class Pipeline {
     this.publishReady();
     this.commitNext();
     this.trim();
+    this.flushAcks();
     // Work held back by a backoff must find a timer waiting for it: nothing else may wake us up
     // (a paused link receives no new messages once its ack window is full).
     const now = Date.now();
@@ -780,7 +796,7 @@ export class Pipeline {
       this.scheduleAt(Date.now() + 100);
       return;
     }
-    this.deps.acks.ack(entry.reply);
+    this.ackSource(entry.seq, entry.reply);
     this.ledger.done(entry.seq, entry.destSeq);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
@@ -791,6 +807,26 @@ export class Pipeline {
       this.counters.replayAge.observe(Math.max(0, (Date.now() - entry.sourceMs) / 1000));
     }
     this.remove(entry);
+  }
+
+  /** A finished message's ack: sent now (`each`), or left for the next flush to cover (`cumulative`). */
+  private ackSource(seq: number, reply: string): void {
+    if (!this.cumulative) {
+      if (this.deps.acks.ack(reply)) this.deps.metrics.sourceAcks.inc(this.label);
+      return;
+    }
+    this.cumulative.done(seq, reply);
+    this.schedule();
+  }
+
+  /** `cumulative`: one ack for every finished message below the lowest one still held. */
+  private flushAcks(): void {
+    const acks = this.cumulative;
+    if (!acks || acks.waiting === 0 || !this.deps.owns()) return;
+    let lowest: number | undefined;
+    for (const seq of this.bySeq.keys()) if (lowest === undefined || seq < lowest) lowest = seq;
+    const reply = acks.flush(lowest);
+    if (reply !== undefined && this.deps.acks.ack(reply)) this.deps.metrics.sourceAcks.inc(this.label);
   }
 
   private remove(entry: Entry): void {

@@ -12,7 +12,7 @@ export function durableConfig(link: LinkConfig, startSeq?: number): Partial<Cons
   const start = startSeq !== undefined && startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All };
   return {
     durable_name: link.durableName,
-    ack_policy: AckPolicy.Explicit,
+    ack_policy: ackPolicyOf(link),
     ...start,
     replay_policy: ReplayPolicy.Instant,
     max_deliver: -1,
@@ -22,6 +22,11 @@ export function durableConfig(link: LinkConfig, startSeq?: number): Partial<Cons
     description: `jetstream-relay link ${link.name}`,
     ...(link.from.filterSubject ? { filter_subject: link.from.filterSubject } : {}),
   };
+}
+
+/** The consumer's ack policy for the link's `sourceAcks`. */
+export function ackPolicyOf(link: LinkConfig): AckPolicy {
+  return link.sourceAcks === "cumulative" ? AckPolicy.All : AckPolicy.Explicit;
 }
 
 /**

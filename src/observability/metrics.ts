@@ -105,6 +105,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    sourceAcks: new Counter({
+      name: "relay_source_acks_total",
+      help: "Acks sent to the source consumer: one per message (sourceAcks: each), or one per flushed run of finished messages (cumulative)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     gapMessages: new Counter({
       name: "relay_gap_messages_total",
       help: "Source messages deleted by retention before the link relayed them",

@@ -87,3 +87,7 @@ test("the same with a Redis guard and entity versions: the dead relay's claims d
     return `    guard: { redis: { url: "${redis.url}" }, versions: { entity: "header:Entity-Id", version: "header:Entity-Version" } }\n`;
   });
 });
+
+test("the same with cumulative source acks (AckAll): the held messages go first, every id once and in order", async (t) => {
+  await heldMessagesGoFirst(t, () => Promise.resolve("    sourceAcks: cumulative\n"));
+});

@@ -9,7 +9,16 @@ import type { RelayProcess } from "../helpers/relays.js";
 import { linkYaml, twoRegions, waitForCount } from "../helpers/scenario.js";
 import type { LivenessReport } from "../helpers/liveness.js";
 import { assertDelivery, checkDelivery, jitter, LONG, readSource, recordRow, scaled } from "./checker.js";
-import { assertMidTransfer, mergeLiveness, settled, startLoad, terminate, waitReady, watch, withReport } from "./process-harness.js";
+import {
+  assertMidTransfer,
+  mergeLiveness,
+  settled,
+  startLoad,
+  terminate,
+  waitReady,
+  watch,
+  withReport,
+} from "./process-harness.js";
 
 /**
  * The relay process itself fails: killed, frozen, rolled over to a second copy, terminated, or its
@@ -25,7 +34,10 @@ const ACK_WAIT_MS = 5_000;
 /** How long a settled transfer may take after the last fault. */
 const SETTLE_MS = scaled(120_000, 600_000);
 
-async function setup(t: HasAfter) {
+/** `sourceAcks` of the link: the tests that ack-semantics can break run in both modes. */
+type SourceAcksMode = "each" | "cumulative";
+
+async function setup(t: HasAfter, sourceAcks: SourceAcksMode = "each") {
   const regions = await twoRegions(t);
   const { a, b, src, dst } = regions;
   const config = await writeConfig(
@@ -38,7 +50,7 @@ async function setup(t: HasAfter) {
           fromStream: src,
           to: "b",
           toStream: dst,
-          extra: "    batchSize: 200\n    inFlight: 512\n",
+          extra: `    batchSize: 200\n    inFlight: 512\n    sourceAcks: ${sourceAcks}\n`,
         },
       ],
       extra: 'http: { listen: "127.0.0.1:0" }',
@@ -51,139 +63,148 @@ function runRelay(t: HasAfter, config: string): RelayProcess {
   return spawnRelay(t, ["run", "--config", config, "--region", "b"]);
 }
 
-test("a: the relay is SIGKILLed at random moments mid-transfer and restarted: every id once, in order", async (t) => {
-  const r = await setup(t);
-  const total = scaled(30_000, 300_000);
-  const kills = scaled(5, 25);
-  // Short: the whole backlog first, a burst to catch up on. Long: a backlog, then a paced stream for
-  // minutes, so the faults land both while catching up and while live.
-  // Long: the paced part (250k at 1,000/s) outlasts 25 rounds of restart, progress and a kill.
-  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(0, 1_000), burst: scaled(total, 50_000) });
-  if (!LONG) await load.done;
-  // Each kill lands at a random point of the transfer, chosen in messages relayed, not in time: a
-  // round gets at most half its share of the stream, so every kill finds thousands still to go however
-  // fast or slow (a loaded machine) the relay runs. Polled every 20 ms, the kill follows the progress.
-  const share = Math.floor((total - 2_000) / kills);
-  for (let round = 0; round < kills; round++) {
-    const relay = runRelay(t, r.config);
-    const before = await streamCount(r.ncb, r.dst);
-    const target = before + 300 + Math.floor(Math.random() * (share / 2 - 300));
-    await check(async () => (await streamCount(r.ncb, r.dst)) >= target, {
-      name: `round ${round}: ${target} relayed before the kill`,
-      timeoutMs: 60_000,
-      intervalMs: 20,
+for (const mode of ["each", "cumulative"] as const) {
+  test(`a: the relay is SIGKILLed at random moments mid-transfer and restarted: every id once, in order (sourceAcks ${mode})`, async (t) => {
+    const r = await setup(t, mode);
+    const total = scaled(30_000, 300_000);
+    const kills = scaled(5, 25);
+    // Short: the whole backlog first, a burst to catch up on. Long: a backlog, then a paced stream for
+    // minutes, so the faults land both while catching up and while live.
+    // Long: the paced part (250k at 1,000/s) outlasts 25 rounds of restart, progress and a kill.
+    const load = startLoad(r.nca, r.src, total, {
+      ratePerSec: scaled(0, 1_000),
+      burst: scaled(total, 50_000),
     });
-    await assertMidTransfer(r, total, load);
-    relay.signal("SIGKILL");
-    await relay.exited;
-  }
-  const last = runRelay(t, r.config);
-  await load.done;
-  const stuck = await settled(r.nca, r.src, "after the last restart", SETTLE_MS);
-  assert.equal(await terminate(last), 0, "the last relay drains and exits 0");
-  const source = await readSource(r.nca, r.src);
-  assert.equal(source.length, total);
-  const report = await checkDelivery({
-    fault: `relay SIGKILL x${kills} + restart`,
-    dest: r.ncb,
-    stream: r.dst,
-    source,
+    if (!LONG) await load.done;
+    // Each kill lands at a random point of the transfer, chosen in messages relayed, not in time: a
+    // round gets at most half its share of the stream, so every kill finds thousands still to go however
+    // fast or slow (a loaded machine) the relay runs. Polled every 20 ms, the kill follows the progress.
+    const share = Math.floor((total - 2_000) / kills);
+    for (let round = 0; round < kills; round++) {
+      const relay = runRelay(t, r.config);
+      const before = await streamCount(r.ncb, r.dst);
+      const target = before + 300 + Math.floor(Math.random() * (share / 2 - 300));
+      await check(async () => (await streamCount(r.ncb, r.dst)) >= target, {
+        name: `round ${round}: ${target} relayed before the kill`,
+        timeoutMs: 60_000,
+        intervalMs: 20,
+      });
+      await assertMidTransfer(r, total, load);
+      relay.signal("SIGKILL");
+      await relay.exited;
+    }
+    const last = runRelay(t, r.config);
+    await load.done;
+    const stuck = await settled(r.nca, r.src, "after the last restart", SETTLE_MS);
+    assert.equal(await terminate(last), 0, "the last relay drains and exits 0");
+    const source = await readSource(r.nca, r.src);
+    assert.equal(source.length, total);
+    const report = await checkDelivery({
+      fault: `relay SIGKILL x${kills} + restart${mode === "each" ? "" : `, sourceAcks ${mode}`}`,
+      dest: r.ncb,
+      stream: r.dst,
+      source,
+    });
+    await recordRow(report);
+    if (stuck) throw withReport(stuck, report);
+    assertDelivery(report);
   });
-  await recordRow(report);
-  if (stuck) throw withReport(stuck, report);
-  assertDelivery(report);
-});
+}
 
-test("b: relay A frozen (SIGSTOP) longer than ackWait while relay B runs the link, then thawed: every id once, in order", async (t) => {
-  const r = await setup(t);
-  const total = scaled(20_000, 300_000);
-  const rounds = scaled(1, 6);
-  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
-  const relayA = runRelay(t, r.config);
-  await waitForCount(r.ncb, r.dst, 1_000, 60_000, "A relays");
-  const relayB = runRelay(t, r.config);
-  const urlB = await relayB.httpUrl();
-  const liveB = watch(t, urlB);
-  // B's readiness is not this test's point (the rollout test gates on it): B only has to be running.
-  for (let round = 0; round < rounds; round++) {
-    await delay(jitter(scaled(1_000, 5_000)));
-    await assertMidTransfer(r, total, load);
-    relayA.signal("SIGSTOP");
-    const frozenUntil = Date.now() + ACK_WAIT_MS + 1_000 + jitter(scaled(1_000, 10_000));
-    const atFreeze = await streamCount(r.ncb, r.dst);
-    await check(async () => Date.now() > frozenUntil && (await streamCount(r.ncb, r.dst)) > atFreeze, {
-      name: `round ${round}: A frozen past ackWait while B makes progress`,
-      timeoutMs: 60_000,
-      intervalMs: 200,
-    });
-    relayA.signal("SIGCONT");
-  }
-  await load.done;
-  const stuck = await settled(r.nca, r.src, "with both relays running", SETTLE_MS);
-  const liveness = await liveB.stop();
-  const [codeA, codeB] = await Promise.all([terminate(relayA), terminate(relayB)]);
-  const source = await readSource(r.nca, r.src);
-  assert.equal(source.length, total);
-  const report = {
-    ...(await checkDelivery({
-      fault: `relay SIGSTOP > ackWait x${rounds}, 2 relays`,
-      dest: r.ncb,
-      stream: r.dst,
-      source,
-    })),
-    liveness,
-  };
-  await recordRow(report);
-  if (stuck) throw withReport(stuck, report);
-  assertDelivery(report);
-  assert.deepEqual([codeA, codeB], [0, 0], "both relays drain and exit 0");
-});
+for (const mode of ["each", "cumulative"] as const) {
+  test(`b: relay A frozen (SIGSTOP) longer than ackWait while relay B runs the link, then thawed: every id once, in order (sourceAcks ${mode})`, async (t) => {
+    const r = await setup(t, mode);
+    const total = scaled(20_000, 300_000);
+    const rounds = scaled(1, 6);
+    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
+    const relayA = runRelay(t, r.config);
+    await waitForCount(r.ncb, r.dst, 1_000, 60_000, "A relays");
+    const relayB = runRelay(t, r.config);
+    const urlB = await relayB.httpUrl();
+    const liveB = watch(t, urlB);
+    // B's readiness is not this test's point (the rollout test gates on it): B only has to be running.
+    for (let round = 0; round < rounds; round++) {
+      await delay(jitter(scaled(1_000, 5_000)));
+      await assertMidTransfer(r, total, load);
+      relayA.signal("SIGSTOP");
+      const frozenUntil = Date.now() + ACK_WAIT_MS + 1_000 + jitter(scaled(1_000, 10_000));
+      const atFreeze = await streamCount(r.ncb, r.dst);
+      await check(async () => Date.now() > frozenUntil && (await streamCount(r.ncb, r.dst)) > atFreeze, {
+        name: `round ${round}: A frozen past ackWait while B makes progress`,
+        timeoutMs: 60_000,
+        intervalMs: 200,
+      });
+      relayA.signal("SIGCONT");
+    }
+    await load.done;
+    const stuck = await settled(r.nca, r.src, "with both relays running", SETTLE_MS);
+    const liveness = await liveB.stop();
+    const [codeA, codeB] = await Promise.all([terminate(relayA), terminate(relayB)]);
+    const source = await readSource(r.nca, r.src);
+    assert.equal(source.length, total);
+    const report = {
+      ...(await checkDelivery({
+        fault: `relay SIGSTOP > ackWait x${rounds}, 2 relays${mode === "each" ? "" : `, sourceAcks ${mode}`}`,
+        dest: r.ncb,
+        stream: r.dst,
+        source,
+      })),
+      liveness,
+    };
+    await recordRow(report);
+    if (stuck) throw withReport(stuck, report);
+    assertDelivery(report);
+    assert.deepEqual([codeA, codeB], [0, 0], "both relays drain and exit 0");
+  });
+}
 
-test("c: rollout with maxSurge 1: B starts next to A under load, then A is SIGTERMed: every id once, in order", async (t) => {
-  const r = await setup(t);
-  const total = scaled(20_000, 300_000);
-  const rollouts = scaled(1, 6);
-  const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
-  let old = runRelay(t, r.config);
-  await waitForCount(r.ncb, r.dst, 1_000, 60_000, "the first relay relays");
-  const liveness: LivenessReport[] = [];
-  for (let round = 0; round < rollouts; round++) {
-    const next = runRelay(t, r.config);
-    const url = await next.httpUrl();
-    const live = watch(t, url);
-    // Kubernetes waits for the new pod's readiness, then terminates the old one.
-    await waitReady(url, `round ${round}: the new relay`);
-    await delay(jitter(scaled(1_000, 5_000)));
-    await assertMidTransfer(r, total, load);
-    const code = await terminate(old);
-    assert.equal(
-      code,
-      0,
-      `round ${round}: the old relay drains and exits 0; output:\n${old.output().slice(-2_000)}`,
-    );
-    if (round < rollouts - 1) await delay(jitter(scaled(1_000, 10_000)));
-    liveness.push(await live.stop());
-    old = next;
-  }
-  await load.done;
-  const stuck = await settled(r.nca, r.src, "after the rollout", SETTLE_MS);
-  assert.equal(await terminate(old), 0, "the last relay drains and exits 0");
-  const source = await readSource(r.nca, r.src);
-  assert.equal(source.length, total);
-  const merged = mergeLiveness(liveness);
-  const report = {
-    ...(await checkDelivery({
-      fault: `rollout (maxSurge 1) x${rollouts}`,
-      dest: r.ncb,
-      stream: r.dst,
-      source,
-    })),
-    ...(merged ? { liveness: merged } : {}),
-  };
-  await recordRow(report);
-  if (stuck) throw withReport(stuck, report);
-  assertDelivery(report);
-});
+for (const mode of ["each", "cumulative"] as const) {
+  test(`c: rollout with maxSurge 1: B starts next to A under load, then A is SIGTERMed: every id once, in order (sourceAcks ${mode})`, async (t) => {
+    const r = await setup(t, mode);
+    const total = scaled(20_000, 300_000);
+    const rollouts = scaled(1, 6);
+    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
+    let old = runRelay(t, r.config);
+    await waitForCount(r.ncb, r.dst, 1_000, 60_000, "the first relay relays");
+    const liveness: LivenessReport[] = [];
+    for (let round = 0; round < rollouts; round++) {
+      const next = runRelay(t, r.config);
+      const url = await next.httpUrl();
+      const live = watch(t, url);
+      // Kubernetes waits for the new pod's readiness, then terminates the old one.
+      await waitReady(url, `round ${round}: the new relay`);
+      await delay(jitter(scaled(1_000, 5_000)));
+      await assertMidTransfer(r, total, load);
+      const code = await terminate(old);
+      assert.equal(
+        code,
+        0,
+        `round ${round}: the old relay drains and exits 0; output:\n${old.output().slice(-2_000)}`,
+      );
+      if (round < rollouts - 1) await delay(jitter(scaled(1_000, 10_000)));
+      liveness.push(await live.stop());
+      old = next;
+    }
+    await load.done;
+    const stuck = await settled(r.nca, r.src, "after the rollout", SETTLE_MS);
+    assert.equal(await terminate(old), 0, "the last relay drains and exits 0");
+    const source = await readSource(r.nca, r.src);
+    assert.equal(source.length, total);
+    const merged = mergeLiveness(liveness);
+    const report = {
+      ...(await checkDelivery({
+        fault: `rollout (maxSurge 1) x${rollouts}${mode === "each" ? "" : `, sourceAcks ${mode}`}`,
+        dest: r.ncb,
+        stream: r.dst,
+        source,
+      })),
+      ...(merged ? { liveness: merged } : {}),
+    };
+    await recordRow(report);
+    if (stuck) throw withReport(stuck, report);
+    assertDelivery(report);
+  });
+}
 
 test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id once, in order", async (t) => {
   const r = await setup(t);

@@ -1,0 +1,35 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { CumulativeAcks } from "../../src/link/cumulative-acks.js";
+
+test("CumulativeAcks: one ack covers the finished run below the lowest held message, never past it", () => {
+  const acks = new CumulativeAcks();
+  assert.equal(acks.flush(undefined), undefined, "nothing finished: nothing to ack");
+  for (const seq of [1, 2, 3, 5, 6]) acks.done(seq, `r${seq}`);
+  // 4 is still held: 5 and 6 must wait, or the ack of 6 would cover 4.
+  assert.equal(acks.flush(4), "r3");
+  assert.equal(acks.waiting, 2);
+  assert.equal(acks.flush(4), undefined, "still held");
+  acks.done(4, "r4");
+  assert.equal(acks.flush(undefined), "r6", "held nothing: the highest finished one");
+  assert.equal(acks.waiting, 0);
+  acks.done(5, "again");
+  assert.equal(acks.waiting, 0, "a sequence an ack covered already is not kept again");
+});
+
+test("CumulativeAcks: a redelivery finished out of order is kept sorted, its latest ack subject wins; reset forgets", () => {
+  const acks = new CumulativeAcks();
+  acks.done(10, "r10");
+  acks.done(12, "r12");
+  acks.done(11, "r11");
+  acks.done(11, "r11-latest");
+  assert.equal(acks.flush(12), "r11-latest");
+  assert.equal(acks.flush(undefined), "r12");
+  acks.done(20, "r20");
+  acks.reset();
+  assert.equal(acks.flush(undefined), undefined, "the cursor moved: nothing of the old one is acked");
+  acks.done(3, "r3");
+  assert.equal(acks.flush(undefined), "r3", "after a reset, sequences start over");
+  acks.done(1, "");
+  assert.equal(acks.waiting, 0, "a delivery without an ack subject cannot be acked");
+});
