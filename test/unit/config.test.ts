@@ -92,6 +92,7 @@ void describe("valid configs", () => {
       inFlight: 2048,
       inFlightBytes: 8 * 1024 * 1024,
       ackWaitMs: 60_000,
+      sourceAcks: "cumulative",
       publishTimeoutMs: 2_500,
       stripHeaders: [...DEFAULT_STRIP_HEADERS, "X-Internal"],
       maxHops: 3,
@@ -155,6 +156,7 @@ void describe("valid configs", () => {
         inFlight: 1024,
         inFlightBytes: 64 * 1024 * 1024,
         ackWaitMs: 30_000,
+        sourceAcks: "each",
         publishTimeoutMs: 5_000,
         stripHeaders: [
           "Nats-Expected-Stream",
@@ -393,7 +395,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard, partitions)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard, partitions)",
     ]);
   });
 
