@@ -96,7 +96,7 @@ async function nativeRow(servers: LocalBackend, name: string, count: number, one
   }
 }
 
-async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number): Promise<TopologyRow> {
+async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number, linkExtra = ""): Promise<TopologyRow> {
   const r = await twoClusters(servers, oneWayMs);
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
@@ -104,7 +104,7 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
     await addStream(nca, "SRC", ["src.>"], R3);
     await addStream(ncb, "DST", ["src.>"], R3);
     await fill(nca, "src", count, "r");
-    const proc = startRelay(r, await relayConfig(r));
+    const proc = startRelay(r, await relayConfig(r, linkExtra));
     try {
       const seconds = await timeUntilFull(ncb, "DST", count);
       const rss = peakRssMb(proc.pid);
@@ -120,8 +120,8 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
 }
 
 /** The relay in region b reads region a through the WAN (as a relay deployed in b would). */
-function relayConfig(r: Regions): Promise<string> {
-  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), "", `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+function relayConfig(r: Regions, linkExtra = ""): Promise<string> {
+  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
 }
 
 function startRelay(_r: Regions, config: string): RelayProcess {
@@ -220,7 +220,11 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     add([await nativeRow(servers, "R3 loopback: native sourcing", o.count, 0), await relayRow(servers, "R3 loopback: relay", o.count, 0)]);
   }
   if (o.only.has("r3-wan")) {
-    add([await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs), await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs)]);
+    add([
+      await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs),
+      await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs),
+      await relayRow(servers, `R3 + ${rtt}: relay, cumulative acks`, o.count, o.oneWayMs, "    sourceAcks: cumulative"),
+    ]);
   }
   if (o.only.has("lag")) {
     add([
