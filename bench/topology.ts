@@ -223,7 +223,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     add([
       await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs),
       await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs),
-      await relayRow(servers, `R3 + ${rtt}: relay, cumulative acks`, o.count, o.oneWayMs, "    sourceAcks: cumulative"),
+      await relayRow(servers, `R3 + ${rtt}: relay, an ack each`, o.count, o.oneWayMs, "    sourceAcks: each"),
     ]);
   }
   if (o.only.has("lag")) {

@@ -44,7 +44,7 @@ export const DEFAULTS = Object.freeze({
    */
   inFlightBytes: 64 * 1024 * 1024,
   ackWaitMs: 30_000,
-  sourceAcks: "each" as const,
+  sourceAcks: "cumulative" as const,
   publishTimeoutMs: 5_000,
   maxHops: 8,
   onGap: "continue",

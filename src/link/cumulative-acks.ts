@@ -8,12 +8,14 @@
 export class CumulativeAcks {
   /** Finished and not yet covered by an ack, by ascending sequence. */
   private finished: { seq: number; reply: string }[] = [];
-  /** The highest sequence an ack has covered (0: none since the cursor started). */
-  private covered = 0;
 
-  /** A message is finished (relayed, suppressed, dead-lettered, or already in the destination). */
+  /**
+   * A message is finished (relayed, suppressed, dead-lettered, or already in the destination). One
+   * at or below what an ack covered already is a redelivery whose ack was lost (a source server that
+   * restarted from disk): it is kept and acked again, or the server would hold it as pending forever.
+   */
   done(seq: number, reply: string): void {
-    if (seq <= this.covered || reply === "") return;
+    if (reply === "") return;
     const list = this.finished;
     const last = list[list.length - 1];
     if (!last || seq > last.seq) {
@@ -39,7 +41,6 @@ export class CumulativeAcks {
     if (lowestHeld !== undefined) while (n > 0 && list[n - 1]!.seq >= lowestHeld) n--;
     if (n === 0) return undefined;
     const top = list[n - 1]!;
-    this.covered = top.seq;
     this.finished = n === list.length ? [] : list.slice(n);
     return top.reply;
   }
@@ -52,6 +53,5 @@ export class CumulativeAcks {
   /** Forgets everything (the cursor moved, or another relay owns the link now: their acks are its). */
   reset(): void {
     this.finished = [];
-    this.covered = 0;
   }
 }

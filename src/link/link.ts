@@ -973,6 +973,7 @@ export class Link {
   }
 
   private fail(err: RelayError): void {
+    this.pipeline.flushAcks(); // finished messages waiting for a cumulative ack get it while the lease holds
     this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
     this.logger.error({ code: err.code, err: err.message }, "link failed");
     this.state.set("failed", err.message);

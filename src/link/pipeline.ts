@@ -819,8 +819,8 @@ export class Pipeline {
     this.schedule();
   }
 
-  /** `cumulative`: one ack for every finished message below the lowest one still held. */
-  private flushAcks(): void {
+  /** `cumulative`: one ack for every finished message below the lowest one still held (also before the link fails). */
+  flushAcks(): void {
     const acks = this.cumulative;
     if (!acks || acks.waiting === 0 || !this.deps.owns()) return;
     let lowest: number | undefined;

@@ -120,8 +120,15 @@ export function exactlyOnce(ids: readonly string[], expected: readonly string[])
  * A link cursor (durable consumer) at the start of `stream`, made before the relay starts: a relay that
  * finds no consumer creates one after what the destination already holds, so a test that wants a
  * cursor to pass over messages again makes it itself (the relay brings its other settings in line).
+ * Its ack policy is the one of the link's `sourceAcks` (AckAll for the default, cumulative): one of
+ * the other policy would be replaced at its ack floor, and the relay would skip what the destination holds.
  */
-export async function createCursorFromStart(nc: NatsConnection, stream: string, durable: string): Promise<void> {
+export async function createCursorFromStart(
+  nc: NatsConnection,
+  stream: string,
+  durable: string,
+  ackPolicy: AckPolicy = AckPolicy.All,
+): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  await jsm.consumers.add(stream, { durable_name: durable, ack_policy: AckPolicy.Explicit, deliver_policy: DeliverPolicy.All, max_deliver: -1 });
+  await jsm.consumers.add(stream, { durable_name: durable, ack_policy: ackPolicy, deliver_policy: DeliverPolicy.All, max_deliver: -1 });
 }

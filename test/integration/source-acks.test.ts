@@ -43,7 +43,7 @@ test("sourceAcks cumulative: an AckAll consumer; every id once and in order; a f
 
 test("sourceAcks each: an ack per message (the metric counts them)", async (t) => {
   const r = await twoRegions(t);
-  const { relay } = await startRelay(t, r.yaml(), "b");
+  const { relay } = await startRelay(t, r.yaml("    sourceAcks: each\n"), "b");
   const ids = await publishIds(r.nca, r.src, "m", 500);
   await waitForCount(r.ncb, r.dst, ids.length, 30_000, "relayed with an ack each");
   await ackedThrough(r.nca, r.src, ids.length, "each");

@@ -156,7 +156,7 @@ void describe("valid configs", () => {
         inFlight: 1024,
         inFlightBytes: 64 * 1024 * 1024,
         ackWaitMs: 30_000,
-        sourceAcks: "each",
+        sourceAcks: "cumulative",
         publishTimeoutMs: 5_000,
         stripHeaders: [
           "Nats-Expected-Stream",

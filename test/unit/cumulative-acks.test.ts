@@ -13,8 +13,9 @@ test("CumulativeAcks: one ack covers the finished run below the lowest held mess
   acks.done(4, "r4");
   assert.equal(acks.flush(undefined), "r6", "held nothing: the highest finished one");
   assert.equal(acks.waiting, 0);
+  // A redelivery of a covered message (the source lost the ack, e.g. restarted from disk) is acked again.
   acks.done(5, "again");
-  assert.equal(acks.waiting, 0, "a sequence an ack covered already is not kept again");
+  assert.equal(acks.flush(undefined), "again");
 });
 
 test("CumulativeAcks: a redelivery finished out of order is kept sorted, its latest ack subject wins; reset forgets", () => {
