@@ -832,7 +832,11 @@ export class Pipeline {
   private remove(entry: Entry): void {
     entry.state = "done";
     if (this.bySeq.delete(entry.seq)) this.heldBytes -= entry.heldBytes;
-    if (this.bySeq.size === 0) this.notifyDrained();
+    if (this.bySeq.size === 0) {
+      // Drained: a stop or a handover releases the lease next, so the cumulative ack goes now.
+      this.flushAcks();
+      this.notifyDrained();
+    }
   }
 
   /** Moves `head` past finished entries; compacts the array once the dead prefix is large. */

@@ -68,7 +68,7 @@ regions:
   a: { servers: ["nats://127.0.0.1:1"] }
   b: { servers: ["${nats.url}"] }
 links:
-  - { name: a-to-b, from: { region: a, stream: SRC }, to: { region: b, stream: ${dst} }, guard: { memory: true } }
+  - { name: a-to-b, from: { region: a, stream: SRC }, to: { region: b, stream: ${dst} }, guard: { memory: true }, sourceAcks: each }
 `,
     "test",
   );

@@ -11,20 +11,28 @@ import { check } from "../helpers/check.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 
-const config = parseConfigText(
-  `
+/** The a-to-b link; these tests look at every delivery's ack: `sourceAcks: each` unless said otherwise. */
+const configWith = (sourceAcks: "each" | "cumulative") =>
+  parseConfigText(
+    `
 regions:
   a: { servers: ["nats://127.0.0.1:1"] }
   b: { servers: ["nats://127.0.0.1:2"] }
 links:
-  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S } }
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S }, sourceAcks: ${sourceAcks} }
 `,
-  "unit",
-);
+    "unit",
+  );
+const config = configWith("each");
 
 /** A pipeline of the a-to-b link, without a guard, that owns the link. */
-function newPipeline(acks: SourceAcks, metrics: ReturnType<typeof createMetrics>, owns: () => boolean = () => true): Pipeline {
-  const link = config.links[0];
+function newPipeline(
+  acks: SourceAcks,
+  metrics: ReturnType<typeof createMetrics>,
+  owns: () => boolean = () => true,
+  sourceAcks: "each" | "cumulative" = "each",
+): Pipeline {
+  const link = (sourceAcks === "each" ? config : configWith(sourceAcks)).links[0];
   assert.ok(link);
   return new Pipeline({
     link,
@@ -66,6 +74,28 @@ test("a loop is acked on every delivery but counted once per message", async () 
   assert.deepEqual(acked, [loopDelivery(1).reply, loopDelivery(2).reply, loopDelivery(1).reply], "every delivery acked");
   const loops = (await metrics.messages.get()).values.find((v) => v.labels.outcome === "loop")?.value;
   assert.equal(loops, 1, "counted once");
+  assert.equal(pipeline.size, 0, "nothing held");
+});
+
+test("cumulative acks: a loop, a relayed message and a finished one delivered again are each covered by an ack once nothing below them is held", async () => {
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const acked: string[] = [];
+  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
+  const published: string[] = [];
+  const pipeline = newPipeline(acks, metrics, () => true, "cumulative");
+  pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 1_000 });
+  pipeline.setPublisher(storingPublisher(published));
+  pipeline.push(loopDelivery(1)); // seq 7, a loop: finished at once
+  pipeline.push(ownDelivery(8, 2, 1));
+  await check(() => acked.length > 0 && acked[acked.length - 1] === ownDelivery(8, 2, 1).reply, {
+    name: "seq 8 relayed and its ack covers 7 too",
+    timeoutMs: 5_000,
+  });
+  assert.ok(acked.length <= 2, `${acked.length} acks for two messages`);
+  // Seq 8 again as a first delivery (a source that lost the ack): acked again, not published again.
+  pipeline.push(ownDelivery(8, 3, 1));
+  await check(() => acked[acked.length - 1] === ownDelivery(8, 3, 1).reply, { name: "the redelivery acked again", timeoutMs: 5_000 });
+  assert.equal(published.length, 1);
   assert.equal(pipeline.size, 0, "nothing held");
 });
 
