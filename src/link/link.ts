@@ -879,7 +879,10 @@ export class Link {
       if (this.guardState === "ok") this.guardState = "unverified";
       const ackFloor = await this.consumerAckFloor();
       if (ackFloor === undefined) return; // could not tell: the next check asks again (held meanwhile)
-      if (ackFloor > 0) return this.guardLost(ackFloor, why);
+      // History: what the consumer acked, or what this process saw stored and has not acked yet (the
+      // marker went while a batch waited for its commit: held now, its ack would never come).
+      const history = Math.max(ackFloor, this.pipeline.highestStoredSourceSeq);
+      if (history > 0) return this.guardLost(history, why);
       const written = await guard.writeMarker("joined", { ifAbsent: true });
       // Not written: an entry appeared meanwhile (an operator's); the next check reads it.
       if (!written) return;
@@ -931,7 +934,7 @@ export class Link {
     this.pipeline.resume();
   }
 
-  private guardLost(ackFloor: number, why: string): void {
+  private guardLost(relayedUpTo: number, why: string): void {
     if (this.guardState === "lost") return;
     this.guardState = "lost";
     const { config } = this.deps;
@@ -939,7 +942,7 @@ export class Link {
     const link = config.partition?.link ?? this.name;
     const message =
       `guard state lost: the scope marker ${key} has no entry for this link (${this.deps.lease.key}), but its consumer ` +
-      `${config.durableName} has acked source messages up to seq ${ackFloor}: the guard's Redis no longer has what it remembered ` +
+      `${config.durableName} has relayed source messages up to seq ${relayedUpTo}: the guard's Redis no longer has what it remembered ` +
       `(flushed, restarted without its data, failed over to a replica that did not have it, or evicted; or it was written by a relay ` +
       `from before scope markers, and then nothing was lost). Nothing is relayed on this link until an operator runs ` +
       `\`jetstream-relay guard resume --config FILE --link ${link}\` (accept: until idTtl passes, only the destination's duplicate ` +
@@ -947,7 +950,7 @@ export class Link {
     this.guardLostReason = message;
     this.deps.metrics.guardStateLost.set({ link: this.name }, 1);
     this.deps.metrics.errors.inc({ link: this.name, code: ErrorCodes.GUARD_STATE_LOST });
-    this.logger.error({ code: ErrorCodes.GUARD_STATE_LOST, key, fence: this.deps.lease.key, ackFloor, why }, message);
+    this.logger.error({ code: ErrorCodes.GUARD_STATE_LOST, key, fence: this.deps.lease.key, relayedUpTo, why }, message);
     this.trouble("guard-state", new RelayError(ErrorCodes.GUARD_STATE_LOST, message));
     this.messages?.stop(); // the consume loop waits for the operator before it pulls again
   }

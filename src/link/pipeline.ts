@@ -129,6 +129,8 @@ export class Pipeline {
   private incarnation: number | undefined;
   /** Messages up to this source seq were held by a previous owner (ordered recovery): their claims are taken over. */
   private takeoverUpTo = 0;
+  /** The highest source seq this pipeline saw stored in the destination (its own history, acked or not). */
+  private highestStored = 0;
   /** `sourceAcks: cumulative`: finished messages wait here for the one ack that covers them. */
   private readonly cumulative: CumulativeAcks | undefined;
   /** A claim another owner holds: claims (and so publishes past it) wait until then. */
@@ -203,6 +205,11 @@ export class Pipeline {
    */
   cursorMoved(): void {
     this.cumulative?.reset();
+  }
+
+  /** The highest source seq this pipeline saw stored in the destination, whether acked yet or not. */
+  get highestStoredSourceSeq(): number {
+    return this.highestStored;
   }
 
   /** The highest destination sequence this link has seen its messages at. */
@@ -656,6 +663,7 @@ export class Pipeline {
   /** The message is in the destination (a PubAck, or found by its marker): on to commit and ack. */
   private onStored(entry: Entry, ack: PubAck, foundBy?: string): void {
     entry.state = "published";
+    if (entry.seq > this.highestStored) this.highestStored = entry.seq;
     entry.destSeq = ack.seq;
     entry.brokerDuplicate = ack.duplicate;
     if (entry.deadLetterReason === undefined) {

@@ -94,7 +94,7 @@ test("a new link writes its marker entry silently; FLUSHALL while it runs pauses
   assert.equal(error.key, s.key);
   assert.match(
     String(error.msg),
-    /guard state lost: .*has acked source messages up to seq 100.*jetstream-relay guard resume --config FILE --link a-to-b/,
+    /guard state lost: .*has relayed source messages up to seq 100.*jetstream-relay guard resume --config FILE --link a-to-b/,
   );
   assert.match(relay.status().links[0]?.stateReason ?? "", /guard state lost/);
 
