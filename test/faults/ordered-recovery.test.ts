@@ -8,6 +8,7 @@ import { createStream, publishMany } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
 import { twoRegions, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
+import { watch } from "./process-harness.js";
 
 type T = Parameters<typeof withServers>[0];
 
@@ -35,7 +36,14 @@ async function publishVersioned(nc: NatsConnection, src: string, from: number, c
   await publishMany(
     nc,
     count,
-    (i) => ({ subject: `${src}.${(i + from) % 5}`, headers: { "Nats-Msg-Id": `m-${i + from}`, "Entity-Id": `e${(i + from) % 7}`, "Entity-Version": String(i + from) } }),
+    (i) => ({
+      subject: `${src}.${(i + from) % 5}`,
+      headers: {
+        "Nats-Msg-Id": `m-${i + from}`,
+        "Entity-Id": `e${(i + from) % 7}`,
+        "Entity-Version": String(i + from),
+      },
+    }),
     1,
   );
 }
@@ -57,7 +65,10 @@ async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
   await publishVersioned(nca, src, 0, 100);
 
   const first = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
-  await check(async () => (await ackPending(nca, src, "relay-a-to-b")) === 100, { name: "the relay holds all 100 (destination missing)", timeoutMs: 30_000 });
+  await check(async () => (await ackPending(nca, src, "relay-a-to-b")) === 100, {
+    name: "the relay holds all 100 (destination missing)",
+    timeoutMs: 30_000,
+  });
   first.signal("SIGKILL");
   await first.exited;
 
@@ -65,11 +76,16 @@ async function heldMessagesGoFirst(t: T, guard: (t: T) => Promise<string>) {
   await publishVersioned(nca, src, 100, 10);
   const startedAt = Date.now();
   const second = spawnRelay(t, ["run", "--config", file, "--region", "b"]);
+  const live = watch(t, await second.httpUrl());
   await waitForCount(ncb, dst, 110, 20_000, "after the restart");
+  const liveness = await live.stop();
   const tookMs = Date.now() - startedAt;
   assert.ok(tookMs < 20_000, `well before the 30 s ack wait (${tookMs} ms)`);
   const source = await readSource(nca, src, { entityHeader: "Entity-Id", versionHeader: "Entity-Version" });
-  const report = await checkDelivery({ fault: "held messages after SIGKILL", dest: ncb, stream: dst, source });
+  const report = {
+    ...(await checkDelivery({ fault: "held messages after SIGKILL", dest: ncb, stream: dst, source })),
+    liveness,
+  };
   await recordRow(report);
   assertDelivery(report);
   assert.equal(report.messages, 110);

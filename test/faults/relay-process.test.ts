@@ -80,8 +80,12 @@ for (const mode of ["each", "cumulative"] as const) {
     // round gets at most half its share of the stream, so every kill finds thousands still to go however
     // fast or slow (a loaded machine) the relay runs. Polled every 20 ms, the kill follows the progress.
     const share = Math.floor((total - 2_000) / kills);
+    // Each relay's /healthz is probed from its start until just before its kill (and the last one's
+    // until the transfer settled): catching up a backlog must not stall its event loop.
+    const liveness: LivenessReport[] = [];
     for (let round = 0; round < kills; round++) {
       const relay = runRelay(t, r.config);
+      const live = watch(t, await relay.httpUrl());
       const before = await streamCount(r.ncb, r.dst);
       const target = before + 300 + Math.floor(Math.random() * (share / 2 - 300));
       await check(async () => (await streamCount(r.ncb, r.dst)) >= target, {
@@ -90,21 +94,28 @@ for (const mode of ["each", "cumulative"] as const) {
         intervalMs: 20,
       });
       await assertMidTransfer(r, total, load);
+      liveness.push(await live.stop());
       relay.signal("SIGKILL");
       await relay.exited;
     }
     const last = runRelay(t, r.config);
+    const lastLive = watch(t, await last.httpUrl());
     await load.done;
     const stuck = await settled(r.nca, r.src, "after the last restart", SETTLE_MS);
+    liveness.push(await lastLive.stop());
     assert.equal(await terminate(last), 0, "the last relay drains and exits 0");
     const source = await readSource(r.nca, r.src);
     assert.equal(source.length, total);
-    const report = await checkDelivery({
-      fault: `relay SIGKILL x${kills} + restart${mode === "each" ? "" : `, sourceAcks ${mode}`}`,
-      dest: r.ncb,
-      stream: r.dst,
-      source,
-    });
+    const merged = mergeLiveness(liveness);
+    const report = {
+      ...(await checkDelivery({
+        fault: `relay SIGKILL x${kills} + restart${mode === "each" ? "" : `, sourceAcks ${mode}`}`,
+        dest: r.ncb,
+        stream: r.dst,
+        source,
+      })),
+      ...(merged ? { liveness: merged } : {}),
+    };
     await recordRow(report);
     if (stuck) throw withReport(stuck, report);
     assertDelivery(report);
