@@ -42,9 +42,6 @@ const SCRIPTS = {
   versions: new GuardScript(VERSIONS_LUA),
 };
 
-/** Claimed ids whose digest is kept for their commit (a batch in flight holds a few thousand at most). */
-const MAX_REMEMBERED_DIGESTS = 100_000;
-
 /** Calls per group and batch while the bucket directory keeps changing under them. */
 const DIRECTORY_ATTEMPTS = 5;
 
@@ -126,11 +123,6 @@ export class LayoutClient {
   private readonly minFanout: number;
   private replicationShort = false;
   private readonly frames = new FramePool();
-  /**
-   * Digests of ids claimed for relaying, until their commit or release (computed once per id, not at
-   * both ends). Bounded: a claim whose commit never comes (a stopped link) is forgotten at the cap.
-   */
-  private readonly claimedDigests = new Map<string, string>();
 
   constructor(private readonly o: LayoutClientOptions) {
     this.state = Array.from({ length: o.groups }, (_, g) => new GroupState(new GroupKeys(o.scope, g)));
@@ -164,13 +156,10 @@ export class LayoutClient {
       throw fenced;
     }
     if (failed !== undefined) throw failed;
-    if (this.claimedDigests.size > MAX_REMEMBERED_DIGESTS) this.claimedDigests.clear();
     settled.forEach((s, k) => {
       if (s.status !== "fulfilled") return;
       (byGroup.get(groups[k]!) ?? []).forEach((p, i) => {
-        const result = s.value[i]!;
-        results[p.index] = result;
-        if (result.decision === "relay") this.claimedDigests.set(p.id, p.digest);
+        results[p.index] = s.value[i]!;
       });
     });
     return results;
@@ -394,12 +383,8 @@ export class LayoutClient {
   private prepare(items: readonly (GuardItem & { token?: string })[], withVersions: boolean): Item[] {
     const groups = this.o.groups;
     const entities = new Map<string, Entity>();
-    const known = this.claimedDigests;
     return items.map((item, index) => {
-      // Commit and release end a claim: its digest is not needed after them.
-      const remembered = item.token === undefined ? undefined : known.get(item.id);
-      if (remembered !== undefined) known.delete(item.id);
-      const d = remembered ?? digest(item.id);
+      const d = digest(item.id);
       const v = withVersions ? versionOf(item) : undefined;
       let entity: Entity | undefined;
       if (v) {
