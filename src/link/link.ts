@@ -136,7 +136,7 @@ export class Link {
   private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
   private standby = false;
-  /** Just took the lease (from standby, or from waiting for it): at work at once, whatever the last backlog reading said. */
+  /** Just took the link over from another relay (from standby, or from waiting for the lease): at work at once. */
   private tookOver = false;
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
   private handoverReason: string | undefined;
@@ -530,7 +530,8 @@ export class Link {
       if (!lease.resumed && this.pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
       this.pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
       this.logger.info({ epoch, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
-      this.tookOver = true;
+      // Taken from another relay (not its own lease back): at work at once, whatever the last reading said.
+      this.tookOver = !lease.resumed;
       return true;
     } catch {
       return false; // stopping
