@@ -1,7 +1,8 @@
 import { jetstream } from "@nats-io/jetstream";
-import { Kvm } from "@nats-io/kv";
+import { Bucket, Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
+import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
 import { createWithReplicas } from "../nats/replicas.js";
 
@@ -33,4 +34,16 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
   } catch (err) {
     throw classifyJsError(err, `group bucket ${opts.bucket}`);
   }
+}
+
+/**
+ * The keys matching `filter` (a key pattern such as `_group.members.>`), from one stream-info request
+ * that lists the bucket's subjects: no consumer. (`kv.keys()` runs an ordered push consumer that, when
+ * a key changes while it lists, can wait out its 5 s idle heartbeat before it ends.) A deleted key is
+ * listed too while its delete marker is stored: callers read each key and skip deletes.
+ */
+export async function listKeys(kv: KV, filter: string): Promise<string[]> {
+  if (!(kv instanceof Bucket)) throw new RelayError(ErrorCodes.INTERNAL, "listKeys: not a KV bucket opened by @nats-io/kv");
+  const info = await kv.jsm.streams.info(kv.stream, { subjects_filter: kv.fullKeyName(filter) });
+  return Object.keys(info.state.subjects ?? {}).map((subject) => kv.decodeKey(subject.substring(kv.prefixLen)));
 }

@@ -5,7 +5,8 @@ import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
-import { openGroupBucket } from "./bucket.js";
+import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
+import { listKeys, openGroupBucket } from "./bucket.js";
 import type { PlacementMember } from "./placement.js";
 
 /** Member keys live under this prefix in the group bucket, beside the leases. */
@@ -65,6 +66,7 @@ export class GroupMembership {
   private readonly abort = new AbortController();
   /** Ends the current pause between reads (a member joined or left: read now). */
   private wakeNap: (() => void) | undefined;
+  private wakePending = false;
   private watching = false;
   private expiryTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
@@ -131,7 +133,7 @@ export class GroupMembership {
         const value: MemberValue = { id: this.opts.member.id, name: this.opts.member.name, startedAt: this.startedAt };
         await this.kv.put(this.key, JSON.stringify(value));
         this.ownWrittenAt = sentAt;
-        // Listing keys runs an ordered consumer, which waits out a server that is down: bounded here.
+        // A server that is down (or a stream without a leader) answers nothing: bounded here.
         await withDeadline(this.read(this.kv), this.opts.leaseMs, `group bucket ${this.opts.bucket}: reading the members`, signal);
         this.watch(this.kv);
         if (troubled) this.logger.info("group bucket reachable again");
@@ -150,6 +152,10 @@ export class GroupMembership {
 
   /** Sleeps until the next read is due, or a member joins or leaves (seen through a watch). */
   private async nap(ms: number): Promise<void> {
+    if (this.wakePending) {
+      this.wakePending = false; // a join or leave seen while reading: read again at once
+      return;
+    }
     const ac = new AbortController();
     this.wakeNap = () => ac.abort();
     try {
@@ -159,20 +165,25 @@ export class GroupMembership {
     }
   }
 
+  /** Ends the current nap, or the next one at once when none is under way (a wake is never lost). */
+  private wake(): void {
+    if (this.wakeNap) this.wakeNap();
+    else this.wakePending = true;
+  }
+
   /** Best effort: a member's key that is new or deleted wakes the loop; polling stays the fallback. */
   private watch(kv: KV): void {
     if (this.watching || this.abort.signal.aborted) return;
     this.watching = true;
     (async () => {
       const iter = await kv.watch({ key: `${MEMBER_PREFIX}.>`, include: KvWatchInclude.UpdatesOnly });
-      const onAbort = () => iter.stop();
-      this.abort.signal.addEventListener("abort", onAbort, { once: true });
+      const detach = stopOnAbort(iter, this.abort.signal);
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
           const known = this.seen.get(e.key);
           if (e.operation !== "PUT" || !known) {
-            this.wakeNap?.(); // joined or left: read everything now
+            this.wake(); // joined or left: read everything now
           } else if (known.revision !== e.revision) {
             // A renewal, seen as it happens: the member's expiry clock starts now, not at the next read.
             this.seen.set(e.key, { ...known, revision: e.revision, at: this.now() });
@@ -180,7 +191,7 @@ export class GroupMembership {
           }
         }
       } finally {
-        this.abort.signal.removeEventListener("abort", onAbort);
+        detach();
       }
     })()
       .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "group watch ended"))
@@ -189,8 +200,8 @@ export class GroupMembership {
 
   /** Reads every member key; tracks when each revision was first seen. */
   private async read(kv: KV): Promise<void> {
-    const keys: string[] = [];
-    for await (const k of await kv.keys(`${MEMBER_PREFIX}.>`)) keys.push(k);
+    const keys = await listKeys(kv, `${MEMBER_PREFIX}.>`);
+    if (this.abort.signal.aborted) return;
     const at = this.now();
     const entries = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null && e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so

@@ -23,16 +23,17 @@ test("two relays of a region: one owns the link, the other is standby (and ready
   await waitForCount(ncb, dst, 500, 30_000, "first relay moving messages");
   await first.relay.stop(AbortSignal.timeout(10_000)); // drains, acks, releases the lease
   const releasedAt = Date.now();
-  const leaseLog = () => second.logs.lines.filter((l) => /lease|placement|members/.test(l)).slice(-12).join("\n");
+  const leaseLog = () =>
+    [first, second].map((r, i) => `relay ${i + 1}:\n${r.logs.lines.filter((l) => /lease|placement|members|member's key|stopp/.test(l)).slice(-15).join("\n")}`).join("\n");
   await check(() => second.relay.status().links[0]?.state === "live" || second.relay.status().links[0]?.state === "catching-up", {
     name: "second relay took over",
     timeoutMs: 5_000,
   }).catch((err: unknown) => {
-    console.error(JSON.stringify(second.relay.status().links[0]), leaseLog());
-    throw err;
+    throw new Error(`${(err as Error).message}\nsecond relay's link: ${JSON.stringify(second.relay.status().links[0])}\n${leaseLog()}`);
   });
   // Released, not expired: the lease is 5 s, and a standby that waited for expiry would take ≥ 5 s.
   const tookOverMs = Date.now() - releasedAt;
+  t.diagnostic(`took over ${tookOverMs} ms after the release`);
   await waitForCount(ncb, dst, ids.length, 30_000, "after the takeover");
   await assertInOrder(ncb, dst, ids);
   assert.ok(tookOverMs < 2_500, `takeover within half the lease of the release (${tookOverMs} ms)\n${leaseLog()}`);

@@ -3,7 +3,9 @@ import { after, before, test } from "node:test";
 import { connect } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import { pino } from "pino";
+import { listKeys } from "../../src/group/bucket.js";
 import { GroupMembership, MEMBER_PREFIX } from "../../src/group/membership.js";
+import { withDeadline } from "../../src/lifecycle/deadline.js";
 import type { MemberView } from "../../src/group/membership.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
@@ -71,4 +73,37 @@ test("a member that crashed (its key left behind) drops out after the lease; one
     late.changes.every((members) => !ids(members).includes("dead")),
     `late's views: ${JSON.stringify(late.changes.map(ids))}`,
   );
+});
+
+test("listing member keys while other keys are written and deleted answers every time (kv.keys() could wait out its 5 s heartbeat)", async (t) => {
+  const bucket = uniqueName("grp");
+  const nc = await connect({ servers: node.url });
+  const churner = await connect({ servers: node.url });
+  t.after(async () => {
+    await nc.close();
+    await churner.close();
+  });
+  const kv = await new Kvm(nc).create(bucket, { history: 1, replicas: 1 });
+  const other = await new Kvm(churner).open(bucket);
+  await kv.put(`${MEMBER_PREFIX}.keep`, "{}");
+  await kv.put("elsewhere", "{}");
+  let churning = true;
+  const churn = (async () => {
+    for (let i = 0; churning; i++) {
+      await other.put(`${MEMBER_PREFIX}.k${i % 5}`, "{}");
+      await other.delete(`${MEMBER_PREFIX}.k${i % 5}`);
+    }
+  })();
+  let unanswered = 0;
+  for (let i = 0; i < 200; i++) {
+    const keys = await withDeadline(listKeys(kv, `${MEMBER_PREFIX}.>`), 2_000, "listing member keys").catch(() => undefined);
+    if (keys === undefined) unanswered++;
+    else {
+      assert.ok(keys.includes(`${MEMBER_PREFIX}.keep`), "a key with a value is listed");
+      assert.ok(!keys.includes("elsewhere"), "a key outside the filter is not");
+    }
+  }
+  churning = false;
+  await churn;
+  assert.equal(unanswered, 0, "every listing answered within 2 s");
 });
