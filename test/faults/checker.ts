@@ -200,7 +200,7 @@ export function storedCopies(report: FaultReport): number {
 /**
  * The guarantees: nothing lost, nothing duplicated, nothing extra, at most `reorderedAllowed`
  * (default 0) reordered overall and per subject, no version regressed; when liveness was attached,
- * every `/healthz` probe answered 2xx and the slowest in under 1 s; with `relayedMustEqualStored`
+ * every `/healthz` probe answered 2xx and the slowest in under 1 s (or `livenessLimitMs`); with `relayedMustEqualStored`
  * and a `relayedMetric`, the relayed counter equals the copies stored. The message carries the whole
  * report.
  */
@@ -211,6 +211,12 @@ export function assertDelivery(
     relayedMustEqualStored?: boolean;
     /** false: source order is promised per subject only (a partitioned link: partitions interleave). */
     overallOrder?: boolean;
+    /**
+     * Slowest /healthz allowed (default 1000 ms, a Kubernetes probe's default timeout). Only for relays
+     * that share the test's own event loop with other relays and the load generator, where a probe
+     * measures all of them at once; a relay process of its own is always held to the default.
+     */
+    livenessLimitMs?: number;
   } = {},
 ): void {
   const allowed = opts.reorderedAllowed ?? 0;
@@ -227,8 +233,9 @@ export function assertDelivery(
       problems.push(
         `${report.liveness.failures} failed /healthz probes (${report.liveness.firstFailure ?? "?"})`,
       );
-    if (report.liveness.worstMs >= 1_000)
-      problems.push(`slowest /healthz ${report.liveness.worstMs}ms (limit 1000ms)`);
+    const limit = opts.livenessLimitMs ?? 1_000;
+    if (report.liveness.worstMs >= limit)
+      problems.push(`slowest /healthz ${report.liveness.worstMs}ms (limit ${limit}ms)`);
   }
   if (
     opts.relayedMustEqualStored &&

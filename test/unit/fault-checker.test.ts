@@ -152,8 +152,12 @@ test("assertDelivery: liveness failures or a slow probe fail, and the message ca
   );
   assert.throws(
     () => assertDelivery({ ...clean, liveness: { probes: 10, failures: 0, worstMs: 1_000 } }),
-    /slowest \/healthz 1000ms/,
+    /slowest \/healthz 1000ms \(limit 1000ms\)/,
   );
+  const shared = { ...clean, liveness: { probes: 10, failures: 0, worstMs: 1_500 } };
+  assertDelivery(shared, { livenessLimitMs: 2_000 });
+  assert.throws(() => assertDelivery(shared), /slowest \/healthz 1500ms \(limit 1000ms\)/);
+  assert.throws(() => assertDelivery({ ...shared, liveness: { ...shared.liveness, worstMs: 2_000 } }, { livenessLimitMs: 2_000 }), /limit 2000ms/);
 });
 
 test("assertDelivery: relayedMustEqualStored compares the counter with the stored copies when it was read", () => {
