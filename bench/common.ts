@@ -65,6 +65,12 @@ export function fill(nc: NatsConnection, subject: string, count: number, idPrefi
   return fillStream(nc, subject, count, { payload: BENCH_PAYLOAD, headers: withId });
 }
 
+/** Throws unless `stream` is empty: a rate timed over a stream that was filled elsewhere means nothing. */
+export async function expectEmpty(nc: NatsConnection, stream: string): Promise<void> {
+  const n = (await (await jetstreamManager(nc)).streams.info(stream)).state.messages;
+  if (n !== 0) throw new Error(`${stream}: holds ${n} messages before the relay started; no rate would mean anything`);
+}
+
 /** Polls the stream's message count; times from the first message to the last. */
 export async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000): Promise<number> {
   const jsm = await jetstreamManager(nc);

@@ -17,7 +17,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, expectEmpty, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
 
 export interface TopologyRow {
   readonly name: string;
@@ -104,6 +104,7 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
     await addStream(nca, "SRC", ["src.>"], R3);
     await addStream(ncb, "DST", ["src.>"], R3);
     await fill(nca, "src", count, "r");
+    await expectEmpty(ncb, "DST");
     const proc = startRelay(r, await relayConfig(r, linkExtra));
     try {
       const seconds = await timeUntilFull(ncb, "DST", count);
