@@ -47,3 +47,12 @@ export async function listKeys(kv: KV, filter: string): Promise<string[]> {
   const info = await kv.jsm.streams.info(kv.stream, { subjects_filter: kv.fullKeyName(filter) });
   return Object.keys(info.state.subjects ?? {}).map((subject) => kv.decodeKey(subject.substring(kv.prefixLen)));
 }
+
+/**
+ * Removes every stored message of `key`, its delete marker included (a stream purge of its subject):
+ * the key is no longer listed. Watchers see nothing of it, so only for keys whose delete was seen long ago.
+ */
+export async function forgetKey(kv: KV, key: string): Promise<void> {
+  if (!(kv instanceof Bucket)) throw new RelayError(ErrorCodes.INTERNAL, "forgetKey: not a KV bucket opened by @nats-io/kv");
+  await kv.jsm.streams.purge(kv.stream, { filter: kv.fullKeyName(key) });
+}

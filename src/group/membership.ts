@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { listKeys, openGroupBucket } from "./bucket.js";
+import { forgetKey, listKeys, openGroupBucket } from "./bucket.js";
 import type { PlacementMember } from "./placement.js";
 
 /** Member keys live under this prefix in the group bucket, beside the leases. */
@@ -26,6 +26,8 @@ export interface MembershipOptions {
   readonly logger: Logger;
   /** Monotonic clock (ms); injectable for tests. */
   readonly now?: () => number;
+  /** A member unchanged this long is deleted, and a delete marker this old removed (default 60 s). */
+  readonly forgetAfterMs?: number;
 }
 
 /** A live member as this process sees it. */
@@ -203,11 +205,19 @@ export class GroupMembership {
     const keys = await listKeys(kv, `${MEMBER_PREFIX}.>`);
     if (this.abort.signal.aborted) return;
     const at = this.now();
-    const entries = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null && e.operation === "PUT");
+    const read = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
+    const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.
     // Both times come from the one server that stores the bucket: no clocks of two machines compared.
     const ownStored = entries.find((e) => e.key === this.key)?.created.getTime();
+    // Every process has a key of its own: the delete markers of members long gone are removed, or the
+    // listing (and a read per key) would grow with every restart the group ever had.
+    const forgetAfter = this.opts.forgetAfterMs ?? FORGET_AFTER_MS;
+    for (const e of read) {
+      if (e.operation === "PUT" || ownStored === undefined || ownStored - e.created.getTime() < forgetAfter) continue;
+      await forgetKey(kv, e.key).catch((err: unknown) => this.logger.debug({ key: e.key, err: toRelayError(err).message }, "could not remove a departed member's delete marker"));
+    }
     const present = new Set<string>();
     for (const entry of entries) {
       const k = entry.key;
@@ -217,7 +227,7 @@ export class GroupMembership {
       const prev = this.seen.get(k);
       const age = ownStored === undefined ? 0 : Math.max(0, ownStored - entry.created.getTime());
       if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at: at - age, value });
-      else if (k !== this.key && at - prev.at > FORGET_AFTER_MS) {
+      else if (k !== this.key && at - prev.at > forgetAfter) {
         // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision).
         await kv.delete(k, { previousSeq: entry.revision }).catch(() => undefined);
         this.logger.info({ gone: prev.value.id }, "forgot a member that left without a word");

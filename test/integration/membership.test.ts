@@ -24,9 +24,9 @@ before(async () => {
   node = await shared.startNats();
 });
 
-async function join(t: HasAfter, bucket: string, id: string): Promise<{ membership: GroupMembership; changes: (readonly MemberView[])[] }> {
+async function join(t: HasAfter, bucket: string, id: string, forgetAfterMs?: number): Promise<{ membership: GroupMembership; changes: (readonly MemberView[])[] }> {
   const nc = await connect({ servers: node.url });
-  const membership = new GroupMembership({ nc, bucket, member: { id, name: `host-${id}` }, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger });
+  const membership = new GroupMembership({ nc, bucket, member: { id, name: `host-${id}` }, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger, ...(forgetAfterMs ? { forgetAfterMs } : {}) });
   const changes: (readonly MemberView[])[] = [];
   membership.onChange((members, changed) => {
     if (changed) changes.push(members);
@@ -106,4 +106,19 @@ test("listing member keys while other keys are written and deleted answers every
   churning = false;
   await churn;
   assert.equal(unanswered, 0, "every listing answered within 2 s");
+});
+
+test("the delete marker of a member that stopped is removed once it is old: the listing does not grow with every restart", async (t) => {
+  const bucket = uniqueName("grp");
+  const a = await join(t, bucket, "a", 500);
+  const b = await join(t, bucket, "b");
+  await check(() => ids(a.membership.members).join() === "a,b", { name: "a sees b", timeoutMs: 5_000 });
+  await b.membership.stop();
+  const nc = await connect({ servers: node.url });
+  t.after(() => nc.close());
+  const kv = await new Kvm(nc).open(bucket);
+  assert.ok((await listKeys(kv, `${MEMBER_PREFIX}.>`)).includes(`${MEMBER_PREFIX}.b`), "right after the stop, b's delete marker is listed (what the others' watches saw)");
+  await check(async () => !(await listKeys(kv, `${MEMBER_PREFIX}.>`)).includes(`${MEMBER_PREFIX}.b`), { name: "b's delete marker removed by a's reads", timeoutMs: 5_000 });
+  assert.deepEqual(await listKeys(kv, `${MEMBER_PREFIX}.>`), [`${MEMBER_PREFIX}.a`], "a's own key stays");
+  assert.deepEqual(ids(a.membership.members), ["a"]);
 });
