@@ -8,6 +8,9 @@
  * The profile is written to bench/profiles/relay-<guard>.cpuprofile: open it in Chrome DevTools or
  * speedscope for the flame graph. PROFILE_GUARD=redis profiles the guarded relay. PROFILE_STRACE=1
  * also counts the relay's socket system calls (strace -c): how many writes carry the messages and acks.
+ * PROFILE_RATE=5000 profiles the steady state instead of a backlog: the relay starts first, then
+ * PROFILE_MESSAGES are published at that rate (small batches, the relay mostly caught up); the CPU
+ * per 100k counts from the first published message.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
@@ -16,10 +19,13 @@ import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
-import { addStream, cpuSeconds, fill, timeUntilFull, writeBenchConfig } from "./common.js";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { headers } from "@nats-io/nats-core";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
+const RATE = Number(process.env.PROFILE_RATE ?? 0);
 
 interface ProfileNode {
   id: number;
@@ -80,7 +86,7 @@ async function main(): Promise<void> {
     const ncb = await connect({ servers: b.url });
     await addStream(nca, "SRC", ["src.>"]);
     await addStream(ncb, "DST", ["src.>"]);
-    await fill(nca, "src", COUNT, "p");
+    if (RATE === 0) await fill(nca, "src", COUNT, "p");
     let guardYaml = "";
     let redisUrl: string | undefined;
     let redisPid: number | undefined;
@@ -96,18 +102,25 @@ async function main(): Promise<void> {
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
     strace?.stderr?.on("data", (d: Buffer) => straceOut.push(d.toString()));
-    const seconds = await timeUntilFull(ncb, "DST", COUNT);
+    let cpu0 = 0;
+    if (RATE > 0) {
+      nca.publish("src.warm", BENCH_PAYLOAD);
+      await timeUntilFull(ncb, "DST", 1, 60_000);
+      cpu0 = cpuSeconds(proc.pid);
+      await publishAtRate(nca, RATE, COUNT);
+    }
+    const seconds = await timeUntilFull(ncb, "DST", COUNT + (RATE > 0 ? 1 : 0));
     if (strace) {
       strace.kill("SIGINT");
       await new Promise((resolve) => strace.once("exit", resolve));
       console.log(`system calls of the relay while it relayed ${COUNT} messages:\n${straceOut.join("")}`);
     }
-    const cpu = (cpuSeconds(proc.pid) * 100_000) / COUNT;
+    const cpu = ((cpuSeconds(proc.pid) - cpu0) * 100_000) / COUNT;
     if (redisUrl) await printGuardCalls(redisUrl, ((cpuSeconds(redisPid) - redisCpu0) * 100_000) / COUNT);
     proc.signal("SIGTERM");
     await proc.exited;
     await Promise.all([nca.close(), ncb.close()]);
-    console.log(`relay (guard ${GUARD}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${cpu.toFixed(2)} s per 100k`);
+    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${cpu.toFixed(2)} s per 100k`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);
@@ -118,6 +131,22 @@ async function main(): Promise<void> {
     rmSync(tmp, { recursive: true, force: true });
     await servers.cleanup();
   }
+}
+
+/** Publishes `count` messages (each with its Nats-Msg-Id) at `rate` msgs/s, in 10 ms ticks. */
+async function publishAtRate(nc: NatsConnection, rate: number, count: number): Promise<void> {
+  const started = performance.now();
+  for (let sent = 0; sent < count; ) {
+    const wait = started + (sent / rate) * 1000 - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    const due = Math.min(count, Math.floor(((performance.now() - started) / 1000) * rate) + 1);
+    for (; sent < due; sent++) {
+      const h = headers();
+      h.set("Nats-Msg-Id", `p-${sent}`);
+      nc.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h });
+    }
+  }
+  await nc.flush();
 }
 
 /** How the guard used Redis: script calls, ids per call, commands per id, Redis CPU (what batching buys). */

@@ -134,7 +134,8 @@ function startRelay(_r: Regions, config: string): RelayProcess {
  * ms), reads them back from DST in region b and returns the lags (store time in b − send time).
  */
 async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number): Promise<number[]> {
-  const js = jetstream(nca);
+  // The pace is kept whatever the PubAcks do: on a saturated machine they can take seconds to come.
+  const js = jetstream(nca, { timeout: 60_000 });
   const total = rate * seconds;
   const tickMs = 10;
   const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
