@@ -11,7 +11,7 @@ import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { toDelivery } from "../nats/delivery.js";
-import { pullWindow } from "../nats/pull-window.js";
+import { maxMessageBytes, pullWindow } from "../nats/pull-window.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { SourceRef } from "../nats/destination-markers.js";
@@ -427,9 +427,9 @@ export class Link {
         if (this.abort.signal.aborted) return;
         if (this.handoverReason !== undefined) continue; // placement moved the link meanwhile
         const messages = await consumer.consume({
-          // Pulls of batchSize each, as many outstanding as fill the window: a link reading another
-          // region gets inFlight messages per round trip, not one batch (500 per 40 ms is 12,500/s).
-          ...pullWindow(config.batchSize, config.inFlight),
+          // Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link
+          // reading another region gets its window per round trip, not one batch.
+          ...pullWindow(config, maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload)),
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
           // that died is replaced within seconds, not the client's default 30 s.
           expires: PULL_EXPIRES_MS,

@@ -11,6 +11,7 @@ import { assertInOrder, linkYaml, publishIds, twoRegions, waitForCount } from ".
  * With one pull of `batchSize` outstanding at a time, the source delivers one batch per round trip and
  * the messages the relay holds unacked never grow far beyond a batch; with its pulls covering the window,
  * the source delivers up to `inFlight` per round trip and its ack-pending count reaches the window.
+ * (`inFlightBytes: 1GiB`: the window is also bounded by inFlightBytes of the largest possible message.)
  */
 test("a link reading over a slow WAN keeps its whole window requested: the source consumer's ack-pending reaches inFlight, not one batch", async (t) => {
   const { a, b, src, dst, nca, ncb } = await twoRegions(t);
@@ -18,7 +19,7 @@ test("a link reading over a slow WAN keeps its whole window requested: the sourc
   t.after(() => wan.close());
   const yaml = linkYaml({
     regions: { a: [`nats://127.0.0.1:${wan.port}`], b: [b.url] },
-    links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 200\n    inFlight: 1000\n" }],
+    links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 200\n    inFlight: 1000\n    inFlightBytes: 1GiB\n" }],
   });
   const ids = await publishIds(nca, src, "m", 6_000);
   await startRelay(t, yaml, "b");
