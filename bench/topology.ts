@@ -226,6 +226,8 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
       await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs),
       await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs),
       await relayRow(servers, `R3 + ${rtt}: relay, an ack each`, o.count, o.oneWayMs, "    sourceAcks: each"),
+      // The window a WAN link is advised to have: pulls outstanding for all of inFlight (README, Window).
+      await relayRow(servers, `R3 + ${rtt}: relay, inFlightBytes 1GiB`, o.count, o.oneWayMs, "    inFlightBytes: 1GiB"),
     ]);
   }
   if (o.only.has("lag")) {
