@@ -139,6 +139,8 @@ export class Link {
   private standby = false;
   /** Just took the link over from another relay (from standby, or from waiting for the lease): at work at once. */
   private tookOver = false;
+  /** The pull window last logged (logged again only when it changes). */
+  private pullWindowLogged: number | undefined;
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
   private handoverReason: string | undefined;
   private gapDetector: GapDetector;
@@ -426,10 +428,21 @@ export class Link {
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (this.abort.signal.aborted) return;
         if (this.handoverReason !== undefined) continue; // placement moved the link meanwhile
+        // Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link
+        // reading another region gets its window per round trip, not one batch.
+        const largest = maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload);
+        const window = pullWindow(config, largest);
+        if (window.max_messages !== this.pullWindowLogged) {
+          this.pullWindowLogged = window.max_messages;
+          this.logger.info(
+            { window: window.max_messages, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest },
+            window.max_messages < config.inFlight
+              ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); a link across a WAN gets up to this many per round trip"
+              : "pull window: inFlight messages per round trip",
+          );
+        }
         const messages = await consumer.consume({
-          // Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link
-          // reading another region gets its window per round trip, not one batch.
-          ...pullWindow(config, maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload)),
+          ...window,
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
           // that died is replaced within seconds, not the client's default 30 s.
           expires: PULL_EXPIRES_MS,

@@ -22,7 +22,7 @@ test("a link reading over a slow WAN keeps its whole window requested: the sourc
     links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 200\n    inFlight: 1000\n    inFlightBytes: 1GiB\n" }],
   });
   const ids = await publishIds(nca, src, "m", 6_000);
-  await startRelay(t, yaml, "b");
+  const { logs } = await startRelay(t, yaml, "b");
 
   const jsm = await jetstreamManager(nca);
   let peak = 0;
@@ -39,4 +39,6 @@ test("a link reading over a slow WAN keeps its whole window requested: the sourc
   await waitForCount(ncb, dst, ids.length, 60_000, "every message over the WAN");
   await assertInOrder(ncb, dst, ids);
   assert.ok(peak <= 1_000, `never more than inFlight unacked (peak ${peak})`);
+  const logged = logs.lines.find((l) => l.includes('"msg":"pull window'));
+  assert.ok(logged?.includes('"window":1000') && logged.includes("inFlight messages per round trip"), `the window is logged: ${logged ?? "(no line)"}`);
 });
