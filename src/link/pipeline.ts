@@ -17,6 +17,15 @@ import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
 
+/**
+ * A pipeline holding fewer messages than this works them after COALESCE_MS rather than on the next turn
+ * of the event loop: a trickle of deliveries then shares one publish write and one ack (at a steady
+ * 5,000 msgs/s, relay CPU per message 9.3 → 8.3 s per 100k in `PROFILE_RATE=5000 npm run bench:profile`),
+ * for at most 2 ms more latency. A backlog (a full window) is worked at once, as before.
+ */
+const COALESCE_BELOW = 64;
+const COALESCE_MS = 2;
+
 /** What the pipeline tells its link, so the link can change state; never throws back. */
 export interface PipelineEvents {
   /** A destination publish failed and the pipeline rolled back; it retries by itself. */
@@ -359,10 +368,12 @@ export class Pipeline {
   private schedule(): void {
     if (this.pumpScheduled) return;
     this.pumpScheduled = true;
-    setImmediate(() => {
+    const run = () => {
       this.pumpScheduled = false;
       this.pump();
-    });
+    };
+    if (this.bySeq.size >= COALESCE_BELOW) setImmediate(run);
+    else setTimeout(run, COALESCE_MS);
   }
 
   /** Arms one timer for the earliest deadline asked for; a later deadline never pushes it back. */
