@@ -43,9 +43,9 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
  * listed too while its delete marker is stored: callers read each key and skip deletes.
  */
 export async function listKeys(kv: KV, filter: string): Promise<string[]> {
-  if (!(kv instanceof Bucket)) throw new RelayError(ErrorCodes.INTERNAL, "listKeys: not a KV bucket opened by @nats-io/kv");
-  const info = await kv.jsm.streams.info(kv.stream, { subjects_filter: kv.fullKeyName(filter) });
-  return Object.keys(info.state.subjects ?? {}).map((subject) => kv.decodeKey(subject.substring(kv.prefixLen)));
+  const bucket = asBucket(kv, "listKeys");
+  const info = await bucket.jsm.streams.info(bucket.stream, { subjects_filter: bucket.fullKeyName(filter) });
+  return Object.keys(info.state.subjects ?? {}).map((subject) => bucket.decodeKey(subject.substring(bucket.prefixLen)));
 }
 
 /**
@@ -53,6 +53,12 @@ export async function listKeys(kv: KV, filter: string): Promise<string[]> {
  * the key is no longer listed. Watchers see nothing of it, so only for keys whose delete was seen long ago.
  */
 export async function forgetKey(kv: KV, key: string): Promise<void> {
-  if (!(kv instanceof Bucket)) throw new RelayError(ErrorCodes.INTERNAL, "forgetKey: not a KV bucket opened by @nats-io/kv");
-  await kv.jsm.streams.purge(kv.stream, { filter: kv.fullKeyName(key) });
+  const bucket = asBucket(kv, "forgetKey");
+  await bucket.jsm.streams.purge(bucket.stream, { filter: bucket.fullKeyName(key) });
+}
+
+/** The bucket's implementation (its stream and subjects), for the stream requests the KV API lacks. */
+function asBucket(kv: KV, what: string): Bucket {
+  if (!(kv instanceof Bucket)) throw new RelayError(ErrorCodes.INTERNAL, `${what}: not a KV bucket opened by @nats-io/kv`);
+  return kv;
 }

@@ -428,21 +428,8 @@ export class Link {
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (this.abort.signal.aborted) return;
         if (this.handoverReason !== undefined) continue; // placement moved the link meanwhile
-        // Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link
-        // reading another region gets its window per round trip, not one batch.
-        const largest = maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload);
-        const window = pullWindow(config, largest);
-        if (window.max_messages !== this.pullWindowLogged) {
-          this.pullWindowLogged = window.max_messages;
-          this.logger.info(
-            { window: window.max_messages, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest },
-            window.max_messages < config.inFlight
-              ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); a link across a WAN gets up to this many per round trip"
-              : "pull window: inFlight messages per round trip",
-          );
-        }
         const messages = await consumer.consume({
-          ...window,
+          ...this.pullWindow(),
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
           // that died is replaced within seconds, not the client's default 30 s.
           expires: PULL_EXPIRES_MS,
@@ -462,6 +449,25 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
+  }
+
+  /**
+   * Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link reading
+   * another region gets its window per round trip, not one batch. Logged when it changes.
+   */
+  private pullWindow(): ReturnType<typeof pullWindow> {
+    const { config, source } = this.deps;
+    const largest = maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload);
+    const window = pullWindow(config, largest);
+    if (window.max_messages === this.pullWindowLogged) return window;
+    this.pullWindowLogged = window.max_messages;
+    this.logger.info(
+      { window: window.max_messages, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest },
+      window.max_messages < config.inFlight
+        ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); a link across a WAN gets up to this many per round trip"
+        : "pull window: inFlight messages per round trip",
+    );
+    return window;
   }
 
   /**

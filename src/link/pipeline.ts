@@ -368,13 +368,15 @@ export class Pipeline {
   private schedule(): void {
     if (this.pumpScheduled) return;
     this.pumpScheduled = true;
-    const run = () => {
-      this.pumpScheduled = false;
-      this.pump();
-    };
-    if (this.bySeq.size >= COALESCE_BELOW) setImmediate(run);
-    else setTimeout(run, COALESCE_MS);
+    if (this.bySeq.size >= COALESCE_BELOW) setImmediate(this.runPump);
+    else setTimeout(this.runPump, COALESCE_MS);
   }
+
+  /** The scheduled pump: one function for the pipeline's life, not a closure per schedule. */
+  private readonly runPump = (): void => {
+    this.pumpScheduled = false;
+    this.pump();
+  };
 
   /** Arms one timer for the earliest deadline asked for; a later deadline never pushes it back. */
   private scheduleAt(until: number): void {
