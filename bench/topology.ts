@@ -38,9 +38,15 @@ interface Regions {
   close(): Promise<void>;
 }
 
-/** Two 3-node clusters, domains a and b; every b node a leafnode of a, through the WAN when oneWayMs > 0. */
-async function twoClusters(servers: LocalBackend, oneWayMs: number): Promise<Regions> {
-  const a = await servers.startNatsCluster({ domain: "a", node: () => ({ leafListen: true }) });
+/**
+ * Two 3-node clusters, domains a and b, and the relay's way from b to a's client ports, through the WAN
+ * when oneWayMs > 0. `leafnodes` (native sourcing): every b node is also a leafnode of a, through the
+ * same WAN. Relay rows have none: over a leafnode, a's publishes to src.> would reach b's DST, which
+ * binds the same subjects, before the relay moved anything.
+ */
+export async function twoClusters(servers: LocalBackend, oneWayMs: number, leafnodes: boolean): Promise<Regions> {
+  // a tells nobody its direct URLs: b's leafnodes and the relay's client must stay on the proxied ones.
+  const a = await servers.startNatsCluster({ domain: "a", node: () => ({ leafListen: true, noAdvertise: oneWayMs > 0 }) });
   const proxies: DelayProxy[] = [];
   const via = async (port: number) => {
     if (oneWayMs === 0) return port;
@@ -48,11 +54,11 @@ async function twoClusters(servers: LocalBackend, oneWayMs: number): Promise<Reg
     proxies.push(p);
     return p.port;
   };
-  const leafPorts = await Promise.all(a.nodes.map((n) => via(n.leafPort ?? -1)));
+  const leafPorts = leafnodes ? await Promise.all(a.nodes.map((n) => via(n.leafPort ?? -1))) : [];
   const clientPorts = await Promise.all(a.nodes.map((n) => via(Number(new URL(n.url).port))));
   const b = await servers.startNatsCluster({
     domain: "b",
-    node: () => ({ leafRemotes: leafPorts.map((p) => `nats-leaf://127.0.0.1:${p}`) }),
+    node: () => (leafnodes ? { leafRemotes: leafPorts.map((p) => `nats-leaf://127.0.0.1:${p}`) } : {}),
   });
   return {
     a,
@@ -80,7 +86,7 @@ async function leafnodesUp(b: LocalCluster): Promise<void> {
 const R3 = { num_replicas: 3 };
 
 async function nativeRow(servers: LocalBackend, name: string, count: number, oneWayMs: number): Promise<TopologyRow> {
-  const r = await twoClusters(servers, oneWayMs);
+  const r = await twoClusters(servers, oneWayMs, true);
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
   try {
@@ -97,7 +103,7 @@ async function nativeRow(servers: LocalBackend, name: string, count: number, one
 }
 
 async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number, linkExtra = ""): Promise<TopologyRow> {
-  const r = await twoClusters(servers, oneWayMs);
+  const r = await twoClusters(servers, oneWayMs, false);
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
   try {
@@ -169,7 +175,7 @@ async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number
 const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
 
 async function lagRow(servers: LocalBackend, name: string, kind: "native" | "relay", oneWayMs: number, rate: number, seconds: number): Promise<TopologyRow> {
-  const r = await twoClusters(servers, oneWayMs);
+  const r = await twoClusters(servers, oneWayMs, kind === "native");
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
   let proc: RelayProcess | undefined;

@@ -53,15 +53,18 @@ export function renderNatsConfig(input: NatsConfigInput, opts: NatsOptions = {})
 
   const leaf: string[] = [];
   if (input.leafListen) leaf.push(`  listen: ${q(input.leafListen)}`);
+  if (input.leafListen && opts.noAdvertise) leaf.push("  no_advertise: true");
   if (opts.leafRemotes?.length) {
-    leaf.push(`  remotes: [ ${opts.leafRemotes.map((u) => `{ url: ${q(u)} }`).join(", ")} ]`);
+    // One remote with every URL: the URLs are one hub (its cluster's nodes). A remote per URL would
+    // connect to the same hub several times, which the hub refuses as a loop (and retries after 30 s).
+    leaf.push(`  remotes: [ { urls: [ ${opts.leafRemotes.map(q).join(", ")} ] } ]`);
   }
   if (leaf.length) lines.push(`leafnodes {\n${leaf.join("\n")}\n}`);
 
   if (input.cluster) {
     const routes = input.cluster.routes.map(q).join(", ");
     lines.push(
-      `cluster {\n  name: ${q(input.cluster.name)}\n  listen: ${q(input.cluster.listen)}\n  routes: [ ${routes} ]\n}`,
+      `cluster {\n  name: ${q(input.cluster.name)}\n  listen: ${q(input.cluster.listen)}\n  routes: [ ${routes} ]${opts.noAdvertise ? "\n  no_advertise: true" : ""}\n}`,
     );
   }
 

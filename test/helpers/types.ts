@@ -46,8 +46,14 @@ export interface NatsOptions {
   domain?: string;
   /** Leafnode listener on a free port (its port is `leafPort` on the node). */
   leafListen?: boolean;
-  /** Connect as a leafnode to these URLs (nats-leaf://127.0.0.1:PORT). */
+  /** Connect as a leafnode to the hub at these URLs (nats-leaf://127.0.0.1:PORT; one remote, one connection). */
   leafRemotes?: string[];
+  /**
+   * Tell neither leafnodes nor clients about this server's other URLs (`no_advertise` on the leafnode
+   * listener and the cluster). Without it a leafnode remote or a client that reached the cluster
+   * through a proxy learns the direct URLs, and its next (re)connect goes around the proxy.
+   */
+  noAdvertise?: boolean;
   /** TLS for clients: PEM files. */
   tls?: { certFile: string; keyFile: string; caFile?: string };
   /** Require user/password. */
