@@ -37,20 +37,55 @@ export interface Delivery {
  *   $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
  */
 export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "consumerSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
-  const t = reply.split(".");
-  const o = t.length === 9 ? -2 : 0;
-  if (t[0] !== "$JS" || t[1] !== "ACK" || (t.length !== 9 && t.length < 11)) {
+  // Read in place (token bounds, then digits): splitting made a dozen strings and an array per message.
+  const count = tokenEnds(reply, ENDS);
+  const o = count === 9 ? -2 : 0;
+  if (!reply.startsWith("$JS.ACK.") || (count !== 9 && count < 11)) {
     throw new TypeError(`not a JetStream delivery (reply subject ${JSON.stringify(reply)})`);
   }
-  const timestampNanos = t[9 + o] ?? "";
-  if (!/^\d+$/.test(timestampNanos)) throw new TypeError(`JetStream reply subject without a timestamp: ${JSON.stringify(reply)}`);
+  const tsStart = ENDS[8 + o]! + 1;
+  const tsEnd = ENDS[9 + o]!;
+  if (Number.isNaN(digitsIn(reply, tsStart, tsEnd))) {
+    throw new TypeError(`JetStream reply subject without a timestamp: ${JSON.stringify(reply)}`);
+  }
   return {
-    deliveryCount: Number(t[6 + o]),
-    streamSequence: Number(t[7 + o]),
-    consumerSequence: Number(t[8 + o]),
-    timestampNanos,
-    pending: Number(t[10 + o]),
+    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
+    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
+    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
+    timestampNanos: reply.slice(tsStart, tsEnd),
+    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
   };
+}
+
+/**
+ * Scratch for parseAckSubject's token bounds (the longest form has 12 tokens). Filled and read within
+ * one synchronous call, so one array serves every call.
+ */
+const ENDS = new Int32Array(16);
+
+/** Fills `ends` with where each token of `subject` ends (its dot, or the length); returns the token count. */
+function tokenEnds(subject: string, ends: Int32Array): number {
+  let count = 0;
+  let from = 0;
+  while (count < ends.length) {
+    const dot = subject.indexOf(".", from);
+    ends[count++] = dot < 0 ? subject.length : dot;
+    if (dot < 0) break;
+    from = dot + 1;
+  }
+  return count;
+}
+
+/** The decimal number in `s[start, end)`; NaN unless that is one or more digits only. */
+function digitsIn(s: string, start: number, end: number): number {
+  if (end <= start) return Number.NaN;
+  let n = 0;
+  for (let i = start; i < end; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return Number.NaN;
+    n = n * 10 + c;
+  }
+  return n;
 }
 
 /** `msg`: the core message under a JsMsg (public on the implementation, not on the interface). */

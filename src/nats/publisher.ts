@@ -33,6 +33,8 @@ export class JetStreamPublisher {
   private readonly sweeper: NodeJS.Timeout;
   private nextId = 0;
   private closed = false;
+  /** The stream the last PubAck named: the next one almost always names it too (its string is reused). */
+  private lastStream: string | undefined;
 
   constructor(
     private readonly nc: NatsConnection,
@@ -87,7 +89,8 @@ export class JetStreamPublisher {
     const p = this.pending.get(id);
     if (!p) return; // timed out already; the re-publish will be deduplicated
     this.pending.delete(id);
-    const [err, ack] = parsePubAck(msg, p.subject);
+    const [err, ack] = parsePubAck(msg, p.subject, this.lastStream);
+    if (ack) this.lastStream = ack.stream;
     p.cb(err, ack);
   }
 
@@ -131,10 +134,12 @@ interface PubAckJson {
 }
 
 /** Turns a reply into a PubAck or a classified error. Exported for unit tests. */
-export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string): [RelayError | null, PubAck | null] {
+export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string, knownStream?: string): [RelayError | null, PubAck | null] {
   if (msg.data.length === 0 && msg.headers?.code === 503) {
     return [new RelayError(ErrorCodes.PUBLISH_FAILED, `no stream answered for ${subject} (no responders)`), null];
   }
+  const fast = readPlainPubAck(msg.data, knownStream);
+  if (fast) return [null, fast];
   let body: PubAckJson;
   try {
     body = JSON.parse(decoder.decode(msg.data)) as PubAckJson;
@@ -154,4 +159,60 @@ export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string)
     return [new RelayError(ErrorCodes.PUBLISH_NOT_STORED, `PubAck for ${subject} said duplicate with seq 0`), null];
   }
   return [null, { stream: body.stream, seq: body.seq, duplicate }];
+}
+
+const STREAM_FIELD = Buffer.from('{"stream":"');
+const SEQ_FIELD = Buffer.from('","seq":');
+const DUPLICATE_TAIL = Buffer.from(',"duplicate":true}');
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const CLOSE = 0x7d;
+
+/**
+ * The PubAck of a stored message as nats-server writes it, read without JSON.parse (one per message on
+ * the hot path): exactly `{"stream":"<name>","seq":<digits>}`, optionally with `,"duplicate":true`
+ * before the brace. Anything else (an error, a domain, an escape in the name, a field a newer server
+ * adds, a duplicate with seq 0) returns undefined and goes through JSON.parse.
+ */
+export function readPlainPubAck(data: Uint8Array, knownStream?: string): PubAck | undefined {
+  if (!startsWith(data, STREAM_FIELD, 0)) return undefined;
+  let i = STREAM_FIELD.length;
+  const nameStart = i;
+  while (i < data.length && data[i] !== QUOTE) {
+    if (data[i] === BACKSLASH) return undefined;
+    i++;
+  }
+  const nameEnd = i;
+  if (nameEnd === nameStart || !startsWith(data, SEQ_FIELD, nameEnd)) return undefined;
+  i = nameEnd + SEQ_FIELD.length;
+  let seq = 0;
+  const digitsStart = i;
+  for (; i < data.length; i++) {
+    const c = data[i]! - 48;
+    if (c < 0 || c > 9) break;
+    seq = seq * 10 + c;
+  }
+  if (i === digitsStart || i - digitsStart > 15 || seq === 0) return undefined;
+  let duplicate = false;
+  if (i === data.length - 1 && data[i] === CLOSE) duplicate = false;
+  else if (i + DUPLICATE_TAIL.length === data.length && startsWith(data, DUPLICATE_TAIL, i)) duplicate = true;
+  else return undefined;
+  const stream =
+    knownStream !== undefined && sameAscii(data, nameStart, nameEnd, knownStream)
+      ? knownStream
+      : Buffer.from(data.buffer, data.byteOffset + nameStart, nameEnd - nameStart).toString("utf8");
+  return { stream, seq, duplicate };
+}
+
+/** Whether `data[start, end)` holds `text`, compared as ASCII (a non-ASCII name is decoded instead). */
+function sameAscii(data: Uint8Array, start: number, end: number, text: string): boolean {
+  if (end - start !== text.length) return false;
+  for (let j = 0; j < text.length; j++) if (data[start + j] !== text.charCodeAt(j)) return false;
+  return true;
+}
+
+function startsWith(data: Uint8Array, prefix: Uint8Array, at: number): boolean {
+  if (at + prefix.length > data.length) return false;
+  for (let j = 0; j < prefix.length; j++) if (data[at + j] !== prefix[j]) return false;
+  return true;
 }

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { BucketHistogram } from "./bucket-histogram.js";
 
 /** Every state a link can be in (DESIGN §5). One gauge series per state, 1 for the current one. */
 export const LINK_STATES = [
@@ -48,7 +49,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "kind"] as const,
       registers,
     }),
-    replayAge: new Histogram({
+    replayAge: new BucketHistogram({
       name: "relay_replay_age_seconds",
       help: "now - source publish time of every relayed message",
       labelNames: ["link"] as const,
@@ -67,7 +68,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
-    publishDuration: new Histogram({
+    publishDuration: new BucketHistogram({
       name: "relay_publish_duration_seconds",
       help: "Destination publish to PubAck",
       labelNames: ["link"] as const,

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { headers } from "@nats-io/nats-core";
 import { HeaderBlock } from "../../src/nats/header-block.js";
-import { parsePubAck } from "../../src/nats/publisher.js";
+import { parsePubAck, readPlainPubAck } from "../../src/nats/publisher.js";
 import { GapDetector } from "../../src/link/gap.js";
 import { formatNanos, parseNanos } from "../../src/link/headers.js";
 import { directRoutesFor, identify, route, transformSubject } from "../../src/link/identity.js";
@@ -85,6 +85,33 @@ test("PubAck parsing: stored, duplicate, not stored, errors by class, no respond
   assert.equal(parsePubAck(msg('{"error":{"code":400,"err_code":10999,"description":"some other refusal"}}'), "s")[0]?.code, "PUBLISH_REJECTED");
   assert.equal(parsePubAck({ data: new Uint8Array(), headers: { code: 503 } } as never, "s")[0]?.code, "PUBLISH_FAILED");
   assert.equal(parsePubAck(msg("not json"), "s")[0]?.code, "PUBLISH_FAILED");
+});
+
+test("PubAck fast path: the plain forms are read without JSON.parse, every other form falls back to it", () => {
+  const bytes = (body: string) => enc.encode(body);
+  assert.deepEqual(readPlainPubAck(bytes('{"stream":"DST","seq":123456}')), { stream: "DST", seq: 123456, duplicate: false });
+  assert.deepEqual(readPlainPubAck(bytes('{"stream":"DST","seq":7,"duplicate":true}')), { stream: "DST", seq: 7, duplicate: true });
+  const known = "ORDERS";
+  assert.equal(readPlainPubAck(bytes('{"stream":"ORDERS","seq":1}'), known)?.stream, known, "the known name is reused");
+  assert.equal(readPlainPubAck(bytes('{"stream":"ORDERZ","seq":1}'), known)?.stream, "ORDERZ");
+  assert.equal(readPlainPubAck(bytes('{"stream":"Übersee","seq":1}'), "x")?.stream, "Übersee");
+  for (const other of [
+    '{"stream":"DST","domain":"hub","seq":5}',
+    '{"stream":"D\\"ST","seq":5}',
+    '{"stream":"DST","seq":0,"duplicate":true}',
+    '{"stream":"DST","seq":5,"val":"1"}',
+    '{"stream":"DST","seq":5} ',
+    '{"stream":"DST","seq":}',
+    '{"stream":"","seq":5}',
+    '{"error":{"code":503,"err_code":10008,"description":"no leader"}}',
+    '{"stream":"DST","seq":12345678901234567}',
+  ]) {
+    assert.equal(readPlainPubAck(bytes(other)), undefined, other);
+  }
+  // What falls back still parses as before.
+  const msg = (body: string) => ({ data: enc.encode(body), headers: undefined });
+  assert.deepEqual(parsePubAck(msg('{"stream":"DST","domain":"hub","seq":5}'), "s"), [null, { stream: "DST", seq: 5, duplicate: false }]);
+  assert.deepEqual(parsePubAck(msg('{"stream":"DST","seq":5,"val":"1"}'), "s"), [null, { stream: "DST", seq: 5, duplicate: false }]);
 });
 
 test("HeaderBlock encodes the NATS wire form, edits on the dead-letter path, refuses CR/LF", () => {
