@@ -4,9 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
-import { markerKey } from "../guard/marker.js";
-import { GUARD_UNSAFE_REASONS } from "../guard/types.js";
-import type { Guard, GuardMarkerEntry, GuardSafety } from "../guard/types.js";
+import type { Guard } from "../guard/types.js";
 import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
@@ -24,6 +22,7 @@ import { positionCursor } from "./cursor.js";
 import { Destination } from "./destination.js";
 import type { BacklogReading } from "./backlog.js";
 import { GapDetector } from "./gap.js";
+import { GuardWatch } from "./guard-watch.js";
 import type { Gap } from "./gap.js";
 import { LinkStateMachine } from "./link-state.js";
 import { runResync } from "./resync.js";
@@ -102,9 +101,6 @@ type Trouble = "source" | "dest" | "guard" | "refused" | "guard-state" | "guard-
 /** A resync after a guard state loss is the operator's choice (`guard resume --resync`). */
 type LinkResyncReason = ResyncReason | "guard_state_lost";
 
-/** How often the guard's settings are checked again while the link runs (and after every reconnect). */
-const GUARD_SAFETY_CHECK_MS = 60_000;
-
 /**
  * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
  * publishes to the destination. Lifecycle: `start()` once, `stop()` (idempotent, drains), `closed()`.
@@ -155,22 +151,8 @@ export class Link {
   private backlog: BacklogReading | undefined;
   private pollTimer: NodeJS.Timeout | undefined;
   private running: Promise<void> | undefined;
-  /** Resolves when the guard store is reachable (at once, unless it was down at start). */
-  private guardReady: Promise<void> = Promise.resolve();
-  /**
-   * Loss detection, for a guard with a scope marker (the Redis guard): `unverified` until the link's
-   * marker entry has been read (at start and after every reconnect of the guard), `lost` when it is gone
-   * although the link has history. Nothing is published, committed or acked unless it is `ok`.
-   */
-  private guardState: "ok" | "unverified" | "lost" = "ok";
-  private guardCheck: Promise<void> | undefined;
-  private guardLostReason: string | undefined;
-  /** A resync an operator asked for after a loss ran: the marker says `resynced` once written. */
-  private resyncedAfterLoss = false;
-  /** Under `guard.strict`: the last settings check found the guard unsafe (nothing moves). */
-  private guardUnsafe = false;
-  private lastSafetyCheck = 0;
-  private safetyCheck: Promise<void> | undefined;
+  /** Whether the guard's memory can be trusted (loss detection, settings under strict): nothing moves unless it is ok. */
+  private readonly guardWatch: GuardWatch;
   private stopping: Promise<void> | undefined;
   private resolveClosed!: () => void;
   private readonly closedPromise = new Promise<void>((r) => (this.resolveClosed = r));
@@ -190,7 +172,7 @@ export class Link {
       metrics: deps.metrics,
       logger: this.logger,
       markers: this.destination.markers(),
-      owns: () => deps.lease.valid() && this.guardState === "ok" && !this.guardUnsafe,
+      owns: () => deps.lease.valid() && this.guardWatch.ok,
       epoch: () => deps.lease.epoch,
       events: {
         publishTrouble: (err) => this.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),
@@ -202,8 +184,30 @@ export class Link {
     this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
     this.catchUpLog = new CatchUpLog(this.logger, deps.progressIntervalMs ?? 10_000);
     deps.lease.onLost((reason) => this.leaseLost(reason));
-    if (deps.guard.readMarker) this.guardState = "unverified";
-    deps.guard.onRestored?.(() => this.guardRestored());
+    this.guardWatch = new GuardWatch({
+      guard: deps.guard,
+      config,
+      lease: deps.lease,
+      metrics: deps.metrics,
+      logger: this.logger,
+      signal: this.abort.signal,
+      jsm: () => this.jsm,
+      working: () => deps.lease.valid() && !this.standby,
+      highestStoredSourceSeq: () => this.pipeline.highestStoredSourceSeq,
+      events: {
+        trouble: (kind, err) => this.trouble(kind, err),
+        clear: (kind) => this.clear(kind),
+        error: (err) => {
+          this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+          deps.metrics.errors.inc({ link: this.name, code: err.code });
+        },
+        fail: (err) => this.fail(err),
+        resume: () => this.pipeline.resume(),
+        stopPulling: () => this.messages?.stop(),
+        resyncUnderWay: () => this.pendingResync !== undefined || this.resyncing,
+        requestResync: () => this.requestResync("guard_state_lost"),
+      },
+    });
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
   }
 
@@ -231,7 +235,7 @@ export class Link {
     if (this.deps.guard.kind === "none") {
       this.logger.info("no guard configured: duplicates beyond the destination's duplicate window are not suppressed");
     }
-    await this.startGuard();
+    await this.guardWatch.start();
     this.deps.lease.start();
     this.pipeline.setPublisher(this.publisher);
     this.watchConnection(this.deps.source, "source");
@@ -318,46 +322,17 @@ export class Link {
   private async handOver(): Promise<void> {
     const reason = this.handoverReason;
     // Nothing new is pulled: the pipeline only shrinks, unless the destination is down (then it waits).
-    while (this.pipeline.size > 0 && this.handoverReason !== undefined && !this.abort.signal.aborted && this.guardState !== "lost") {
+    while (this.pipeline.size > 0 && this.handoverReason !== undefined && !this.abort.signal.aborted && !this.guardWatch.lost) {
       await this.pipeline.drained(AbortSignal.any([this.abort.signal, AbortSignal.timeout(1_000)]));
     }
     if (this.handoverReason === undefined || this.abort.signal.aborted) return;
     // A lost guard state holds everything: the next owner finds the marker gone too and waits for the operator.
-    if (this.guardState === "lost") await this.dropHeld("the guard lost its state: handed over as it is");
+    if (this.guardWatch.lost) await this.dropHeld("the guard lost its state: handed over as it is");
     this.handoverReason = undefined;
     if (!this.deps.lease.valid()) return; // lost meanwhile: nothing to hand over
     await this.deps.lease.release("handed-over");
     this.logger.info({ reason }, "link handed over: everything this relay held is acked and the lease released");
     this.deps.lease.start();
-  }
-
-  private async startGuard(): Promise<void> {
-    const backoff = new Backoff(250, 5_000);
-    const first = await this.deps.guard.start().then(
-      () => undefined,
-      (err: unknown) => toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE),
-    );
-    if (!first) return this.guardStarted();
-    if (!first.isRetryable()) throw first;
-    this.trouble("guard", first);
-    this.deps.metrics.errors.inc({ link: this.name, code: first.code });
-    // Keep trying in the background: the link stays paused, nothing is consumed meanwhile.
-    this.guardReady = (async () => {
-      for (;;) {
-        await sleep(backoff.next(), this.abort.signal);
-        if (this.abort.signal.aborted) return;
-        try {
-          await this.deps.guard.start();
-          this.clear("guard");
-          return this.guardStarted();
-        } catch (err) {
-          const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
-          if (!relayErr.isRetryable()) return this.fail(relayErr);
-          this.lastError = { code: relayErr.code, message: relayErr.message, at: new Date().toISOString() };
-          this.deps.metrics.errors.inc({ link: this.name, code: relayErr.code });
-        }
-      }
-    })();
   }
 
   private async doStop(signal?: AbortSignal): Promise<void> {
@@ -367,7 +342,7 @@ export class Link {
     await this.running;
     // A failed link's messages will not move, nor those of a relay without the lease: nothing to wait for
     // (they stay unacked for the next owner).
-    if (this.state.state !== "failed" && this.deps.lease.valid() && this.guardState !== "lost") await this.pipeline.drained(signal);
+    if (this.state.state !== "failed" && this.deps.lease.valid() && !this.guardWatch.lost) await this.pipeline.drained(signal);
     if (this.pipeline.size > 0) this.logger.warn({ left: this.pipeline.size }, "grace period over: leaving messages unacked");
     await this.pipeline.abandon();
     this.publisher.close();
@@ -383,17 +358,17 @@ export class Link {
     const backoff = new Backoff(250, 5_000);
     const domain = this.deps.sourceRegion.domain;
     const js = jetstream(source, domain ? { domain } : {});
-    await this.guardReady;
+    await this.guardWatch.ready;
     while (!this.abort.signal.aborted && this.state.state !== "failed") {
       if (this.handoverReason !== undefined) await this.handOver();
       if (!(await this.holdLease())) return;
       try {
         this.jsm ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
         await this.readSource(this.jsm);
-        if (this.guardState !== "ok") {
+        if (!this.guardWatch.verified) {
           // Not a message moves before the guard's memory is known to be there (or a loss accepted).
-          await this.checkGuardState("start");
-          if ((this.guardState as string) !== "ok") {
+          await this.guardWatch.verify("start");
+          if (!this.guardWatch.verified) {
             await sleep(this.deps.pollIntervalMs ?? 1_000, this.abort.signal);
             continue;
           }
@@ -708,7 +683,7 @@ export class Link {
           this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
         })
         .finally(() => {
-          this.pollGuard();
+          this.guardWatch.poll();
           this.pipeline.resume();
           // A relay in standby has no consumer to read: its state follows the lease (who holds it).
           if (this.standby) this.refreshState();
@@ -744,7 +719,7 @@ export class Link {
       return this.state.set(this.state.state === "starting" ? "starting" : "recovering", "waiting for the link lease");
     }
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
-    if (this.troubles.has("guard-state")) return this.state.set("paused", this.guardLostReason ?? reason);
+    if (this.troubles.has("guard-state")) return this.state.set("paused", this.guardWatch.lossReason ?? reason);
     if (this.troubles.has("guard") || this.troubles.has("refused") || this.troubles.has("guard-unsafe")) return this.state.set("paused", reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
     // Just took the link over: at work at once, whatever the last backlog reading (from before) said.
@@ -817,185 +792,12 @@ export class Link {
       this.highestSeen = Math.max(this.highestSeen, result.snapshotSeq);
       this.lastResync = { ...result, reason, at: new Date().toISOString() };
       this.logger.info({ resyncId: result.id, messages: result.messages, snapshotSeq: result.snapshotSeq, reason }, "resync done: continuing live");
-      if (reason === "guard_state_lost") {
-        this.resyncedAfterLoss = true;
-        await this.markResynced();
-      }
+      if (reason === "guard_state_lost") await this.guardWatch.resynced();
     } finally {
       this.pendingResync = undefined;
       this.resyncing = false;
       this.refreshState();
     }
-  }
-
-  // ---- guard: settings checks and loss detection --------------------------------------------------
-
-  /** The guard started (or started again): its settings findings become `relay_guard_unsafe`. */
-  private guardStarted(): void {
-    this.lastSafetyCheck = Date.now();
-    this.exportSafety(this.deps.guard.safety);
-  }
-
-  private exportSafety(safety: GuardSafety | undefined): void {
-    if (!safety) return;
-    // Every reason's series, 0 when fine, so an alert has a series to compare with.
-    for (const reason of GUARD_UNSAFE_REASONS) {
-      this.deps.metrics.guardUnsafe.set({ link: this.name, reason }, safety.unsafe.includes(reason) ? 1 : 0);
-    }
-    if (!this.deps.config.guard?.strict) return;
-    // Under strict a setting found unsafe while running pauses the link, as it would refuse to start.
-    const unsafe = safety.findings.find((f) => f.level === "unsafe");
-    if (unsafe) {
-      this.guardUnsafe = true;
-      const code = unsafe.reason === "replication" ? ErrorCodes.GUARD_UNAVAILABLE : ErrorCodes.GUARD_NOT_DURABLE;
-      this.trouble("guard-unsafe", new RelayError(code, `guard Redis unsafe: ${unsafe.detail} (guard.strict is set: the link pauses until it is not)`));
-    } else if (this.guardUnsafe) {
-      this.guardUnsafe = false;
-      this.clear("guard-unsafe");
-      this.pipeline.resume();
-    }
-  }
-
-  /** On every poll: the marker (cheap: one HGET) while this relay works the link, and the settings every minute. */
-  private pollGuard(): void {
-    if (this.abort.signal.aborted) return;
-    const guard = this.deps.guard;
-    if (guard.readMarker && this.jsm && this.deps.lease.valid() && !this.standby) void this.checkGuardState("poll");
-    if (guard.checkSafety && !this.safetyCheck && Date.now() - this.lastSafetyCheck >= GUARD_SAFETY_CHECK_MS) {
-      const check = guard.checkSafety;
-      this.lastSafetyCheck = Date.now();
-      this.safetyCheck = check
-        .call(guard)
-        .then(
-          (safety) => this.exportSafety(safety),
-          (err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "guard settings check failed"),
-        )
-        .finally(() => (this.safetyCheck = undefined));
-    }
-  }
-
-  /**
-   * The guard's connection is back after an outage: the Redis it reached may have restarted empty or
-   * be a replica promoted without the data. Held (synchronously, before any reply on the new connection
-   * is read) until the marker has been read again; the settings are checked again too.
-   */
-  private guardRestored(): void {
-    if (this.abort.signal.aborted) return;
-    if (this.guardState === "ok") this.guardState = "unverified";
-    this.lastSafetyCheck = 0;
-    if (this.jsm) void this.checkGuardState("reconnect");
-  }
-
-  /** One marker check at a time; callers share the one in flight. */
-  private checkGuardState(why: "start" | "poll" | "reconnect"): Promise<void> {
-    this.guardCheck ??= this.runGuardCheck(why).finally(() => (this.guardCheck = undefined));
-    return this.guardCheck;
-  }
-
-  private async runGuardCheck(why: "start" | "poll" | "reconnect"): Promise<void> {
-    const guard = this.deps.guard;
-    if (!guard.readMarker || !guard.writeMarker) return;
-    try {
-      const entry = await guard.readMarker();
-      if (entry) return this.markerFound(entry);
-      // Gone: nothing moves until it is known whether this link has a history to lose.
-      if (this.guardState === "ok") this.guardState = "unverified";
-      const ackFloor = await this.consumerAckFloor();
-      if (ackFloor === undefined) return; // could not tell: the next check asks again (held meanwhile)
-      // History: what the consumer acked, or what this process saw stored and has not acked yet (the
-      // marker went while a batch waited for its commit: held now, its ack would never come).
-      const history = Math.max(ackFloor, this.pipeline.highestStoredSourceSeq);
-      if (history > 0) return this.guardLost(history, why);
-      const written = await guard.writeMarker("joined", { ifAbsent: true });
-      // Not written: an entry appeared meanwhile (an operator's); the next check reads it.
-      if (!written) return;
-      this.logger.info({ key: markerKey(this.scope), fence: this.deps.lease.key }, "guard scope marker written: the link has no history yet, so its guard had nothing to lose");
-      this.guardOk();
-    } catch (err) {
-      // Redis unreachable: claims fail too and the pipeline pauses the link; the state stays (held when unverified).
-      this.logger.debug({ err: toRelayError(err).message, why }, "guard marker check failed");
-    }
-  }
-
-  private markerFound(entry: GuardMarkerEntry): void {
-    if (entry.mark === "resync") {
-      // The operator chose a full resync: relayed once this link has done it, then marked `resynced`.
-      if (this.resyncedAfterLoss) void this.markResynced();
-      else if (!this.pendingResync && !this.resyncing) {
-        this.logger.warn({ requestedAt: entry.at }, "guard state loss: a full resync was requested; resyncing the link");
-        this.requestResync("guard_state_lost");
-      }
-      return this.guardOk();
-    }
-    if (this.guardState === "lost") {
-      const idTtlMs = this.deps.config.guard?.idTtlMs ?? 0;
-      const until = new Date(Date.parse(entry.at) + idTtlMs);
-      this.logger.warn(
-        { mark: entry.mark, at: entry.at, idTtlMs, until: Number.isNaN(until.getTime()) ? undefined : until.toISOString() },
-        "guard state loss accepted by an operator: relaying again. Until idTtl has passed since then, redeliveries of messages relayed before the loss are caught only by the destination's duplicate window, and versions start from what is relayed now",
-      );
-    }
-    this.guardOk();
-  }
-
-  private async markResynced(): Promise<void> {
-    try {
-      await this.deps.guard.writeMarker?.("resynced");
-      this.resyncedAfterLoss = false;
-      this.logger.info({ key: markerKey(this.scope) }, "guard state loss: resync done, marker updated");
-    } catch (err) {
-      this.logger.warn({ err: toRelayError(err).message }, "could not update the guard marker after the resync; trying again");
-    }
-  }
-
-  private guardOk(): void {
-    if (this.guardState === "ok") return;
-    this.guardState = "ok";
-    this.guardLostReason = undefined;
-    this.deps.metrics.guardStateLost.set({ link: this.name }, 0);
-    if (this.troubles.has("guard-state")) this.clear("guard-state");
-    this.pipeline.resume();
-  }
-
-  private guardLost(relayedUpTo: number, why: string): void {
-    if (this.guardState === "lost") return;
-    this.guardState = "lost";
-    const { config } = this.deps;
-    const key = markerKey(this.scope);
-    const link = config.partition?.link ?? this.name;
-    const message =
-      `guard state lost: the scope marker ${key} has no entry for this link (${this.deps.lease.key}), but its consumer ` +
-      `${config.durableName} has relayed source messages up to seq ${relayedUpTo}: the guard's Redis no longer has what it remembered ` +
-      `(flushed, restarted without its data, failed over to a replica that did not have it, or evicted; or it was written by a relay ` +
-      `from before scope markers, and then nothing was lost). Nothing is relayed on this link until an operator runs ` +
-      `\`jetstream-relay guard resume --config FILE --link ${link}\` (accept: until idTtl passes, only the destination's duplicate ` +
-      `window catches redeliveries, and versions start over) or the same with --resync (a full resync of the link)`;
-    this.guardLostReason = message;
-    this.deps.metrics.guardStateLost.set({ link: this.name }, 1);
-    this.deps.metrics.errors.inc({ link: this.name, code: ErrorCodes.GUARD_STATE_LOST });
-    this.logger.error({ code: ErrorCodes.GUARD_STATE_LOST, key, fence: this.deps.lease.key, relayedUpTo, why }, message);
-    this.trouble("guard-state", new RelayError(ErrorCodes.GUARD_STATE_LOST, message));
-    this.messages?.stop(); // the consume loop waits for the operator before it pulls again
-  }
-
-  /** The ack floor (source seq) of the link's durable consumer: 0 when it has none; undefined when it cannot tell. */
-  private async consumerAckFloor(): Promise<number | undefined> {
-    const jsm = this.jsm;
-    if (!jsm) return undefined;
-    const { config } = this.deps;
-    try {
-      const info = await jsm.consumers.info(config.from.stream, config.durableName);
-      return info.ack_floor.stream_seq;
-    } catch (err) {
-      if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) || isApiCode(err, JetStreamApiCodes.StreamNotFound)) return 0;
-      this.logger.debug({ err: toRelayError(err).message }, "could not read the consumer for the guard marker check");
-      return undefined;
-    }
-  }
-
-  /** The guard's scope (as the relay names it: the destination region and stream). */
-  private get scope(): string {
-    return `${this.deps.config.to.region}:${this.deps.config.to.stream}`;
   }
 
   private fail(err: RelayError): void {
