@@ -193,7 +193,7 @@ export function readPlainPubAck(data: Uint8Array, knownStream?: string): PubAck 
     seq = seq * 10 + c;
   }
   if (i === digitsStart || i - digitsStart > 15 || seq === 0) return undefined;
-  let duplicate = false;
+  let duplicate: boolean;
   if (i === data.length - 1 && data[i] === CLOSE) duplicate = false;
   else if (i + DUPLICATE_TAIL.length === data.length && startsWith(data, DUPLICATE_TAIL, i)) duplicate = true;
   else return undefined;

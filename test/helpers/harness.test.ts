@@ -8,6 +8,8 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { check, uniqueName } from "./check.js";
+import { startDelayProxy } from "./delay-proxy.js";
+import { LocalBackend } from "./local-backend.js";
 import { createBackend, withServers } from "./servers.js";
 import { makeTlsCerts } from "./tls.js";
 import type { NatsNode } from "./types.js";
@@ -138,6 +140,21 @@ void test("leafnode: a leaf with a remote connects to the hub's learned leaf por
     },
     { name: "hub /leafz shows 1 leafnode" },
   );
+});
+
+void test("leafnode through delay proxies: one connection per leaf, and it stays on a proxy (the hub advertises no direct URL)", async (t) => {
+  const servers = new LocalBackend(); // the local backend's cluster takes per-node options
+  t.after(() => servers.cleanup());
+  const hub = await servers.startNatsCluster({ domain: "hub", node: () => ({ leafListen: true, noAdvertise: true }) });
+  const proxies = await Promise.all(hub.nodes.map((n) => startDelayProxy({ port: n.leafPort ?? -1, oneWayMs: 5 })));
+  t.after(() => Promise.all(proxies.map((p) => p.close())));
+  const leaf = await servers.startNats({ domain: "leaf", leafRemotes: proxies.map((p) => `nats-leaf://127.0.0.1:${p.port}`) });
+  const proxyPorts = new Set(proxies.map((p) => p.port));
+  const leafs = async () => (((await (await fetch(`http://127.0.0.1:${leaf.monitorPort}/leafz`)).json()) as { leafs?: { port: number }[] | null }).leafs ?? []);
+  // One remote with every URL: a remote per URL made the hub refuse all but one as a loop (30 s apart).
+  await check(async () => (await leafs()).length === 1, { name: "the leaf has its one leafnode connection", timeoutMs: 15_000 });
+  const [conn] = await leafs();
+  assert.ok(conn && proxyPorts.has(conn.port), `the leafnode connection goes through a proxy (port ${conn?.port}, proxies ${[...proxyPorts].join(", ")})`);
 });
 
 void test("redis: appendonly data survives kill + restart on the same port", async (t) => {
