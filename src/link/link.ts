@@ -91,6 +91,9 @@ export interface LinkOwnership {
 /** Lifetime of one pull request (ms). */
 const PULL_EXPIRES_MS = 5_000;
 
+/** How long the window's log line waits for the source's round trip (then it is logged without). */
+const RTT_WAIT_MS = 2_000;
+
 /**
  * `refused`: the destination answers but will not store (full, or a refusal for the whole link): paused.
  * `guard-state`: the guard lost its memory (GUARD_STATE_LOST): paused until an operator resumes.
@@ -434,15 +437,29 @@ export class Link {
     const { config, source } = this.deps;
     const largest = maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload);
     const window = pullWindow(config, largest);
+    this.deps.metrics.pullWindow.set({ link: this.name }, window.max_messages);
     if (window.max_messages === this.pullWindowLogged) return window;
     this.pullWindowLogged = window.max_messages;
-    this.logger.info(
-      { window: window.max_messages, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest },
-      window.max_messages < config.inFlight
-        ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); a link across a WAN gets up to this many per round trip"
-        : "pull window: inFlight messages per round trip",
-    );
+    void this.logPullWindow(window.max_messages, largest);
     return window;
+  }
+
+  /**
+   * The window's log line, with the source's round trip as measured now and the rate the window allows
+   * over it (one window per round trip): a link across a WAN sees there what its settings cap it at.
+   */
+  private async logPullWindow(window: number, largest: number): Promise<void> {
+    const { config, source } = this.deps;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, RTT_WAIT_MS, undefined)));
+    const rttMs = await Promise.race([source.rtt().catch(() => undefined), timeout]).finally(() => clearTimeout(timer));
+    const capPerSecond = rttMs !== undefined && rttMs > 0 ? Math.round((window * 1000) / rttMs) : undefined;
+    this.logger.info(
+      { window, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest, rttMs, capPerSecond },
+      window < config.inFlight
+        ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); the link gets at most this many per round trip to the source (capPerSecond at the measured rttMs): a larger inFlightBytes or a source max_msg_size widens it"
+        : "pull window: inFlight messages per round trip to the source (capPerSecond at the measured rttMs)",
+    );
   }
 
   /**

@@ -82,6 +82,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       buckets: LATENCY_BUCKETS,
       registers,
     }),
+    pullWindow: new Gauge({
+      name: "relay_pull_window_messages",
+      help: "Messages the link keeps requested from its source consumer (its pull window): at most this many arrive per round trip",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     inFlightBytes: new Gauge({
       name: "relay_inflight_bytes",
       help: "Payload and header bytes the link holds between receive and ack",

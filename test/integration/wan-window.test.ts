@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { check } from "../helpers/check.js";
 import { startDelayProxy } from "../helpers/delay-proxy.js";
-import { startRelay } from "../helpers/relays.js";
+import { metricValue, startRelay } from "../helpers/relays.js";
 import { assertInOrder, linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 
 /**
@@ -22,7 +22,7 @@ test("a link reading over a slow WAN keeps its whole window requested: the sourc
     links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 200\n    inFlight: 1000\n    inFlightBytes: 1GiB\n" }],
   });
   const ids = await publishIds(nca, src, "m", 6_000);
-  const { logs } = await startRelay(t, yaml, "b");
+  const { relay, logs } = await startRelay(t, yaml, "b");
 
   const jsm = await jetstreamManager(nca);
   let peak = 0;
@@ -41,4 +41,9 @@ test("a link reading over a slow WAN keeps its whole window requested: the sourc
   assert.ok(peak <= 1_000, `never more than inFlight unacked (peak ${peak})`);
   const logged = logs.lines.find((l) => l.includes('"msg":"pull window'));
   assert.ok(logged?.includes('"window":1000') && logged.includes("inFlight messages per round trip"), `the window is logged: ${logged ?? "(no line)"}`);
+  // With the round trip it was measured over (300 ms through the proxy) and the rate that allows.
+  const line = JSON.parse(logged ?? "{}") as { rttMs?: number; capPerSecond?: number };
+  assert.ok(line.rttMs !== undefined && line.rttMs >= 300 && line.rttMs < 1_000, `rttMs ${line.rttMs}`);
+  assert.equal(line.capPerSecond, Math.round(1_000_000 / line.rttMs));
+  assert.equal(await metricValue(relay, "relay_pull_window_messages", { link: "a-to-b" }), 1_000);
 });
