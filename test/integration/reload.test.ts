@@ -315,11 +315,15 @@ test("a bad file (YAML error, then a schema error) changes nothing: the failure 
   await writeFile(path, `${good}\nlinks: [unclosed\n`);
   relay.signal("SIGHUP");
   await check(async () => (await failures()) === 1, { name: "one failed reload counted", timeoutMs: 10_000 });
-  const yamlError = relay
-    .output()
-    .split("\n")
-    .find((l) => l.includes("config reload failed"));
-  assert.ok(yamlError, "the failure is logged");
+  // The line reaches this process through the child's stdout pipe, maybe after the scrape saw the count.
+  const yamlError = await check(
+    () =>
+      relay
+        .output()
+        .split("\n")
+        .find((l) => l.includes("config reload failed")),
+    { name: "the failure is logged", timeoutMs: 5_000 },
+  );
   assert.match(yamlError, /"code":"CONFIG_INVALID"/);
   assert.match(yamlError, /is invalid:\\n {2}line \d+, column \d+/, "with the config error's text");
   const afterYaml = await getStatus(url);
@@ -334,7 +338,10 @@ test("a bad file (YAML error, then a schema error) changes nothing: the failure 
     name: "the second failed reload counted",
     timeoutMs: 10_000,
   });
-  assert.match(relay.output(), /links\[0\]\.to\.region: unknown region \\"eu-wst\\"/);
+  await check(() => /links\[0\]\.to\.region: unknown region \\"eu-wst\\"/.test(relay.output()), {
+    name: "the schema error is logged, naming the config path",
+    timeoutMs: 5_000,
+  });
   assert.equal((await getStatus(url)).config?.hash, before.config?.hash);
   assert.equal(await scrapeMetric(url, "relay_config_reloads_total", { result: "success" }), 0);
 
