@@ -8,6 +8,7 @@ import type { Guard } from "../guard/types.js";
 import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { withDeadline } from "../lifecycle/deadline.js";
 import { toDelivery } from "../nats/delivery.js";
 import { maxMessageBytes, pullWindow } from "../nats/pull-window.js";
 import type { Delivery } from "../nats/delivery.js";
@@ -201,7 +202,7 @@ export class Link {
         trouble: (kind, err) => this.trouble(kind, err),
         clear: (kind) => this.clear(kind),
         error: (err) => {
-          this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+          this.noteError(err);
           deps.metrics.errors.inc({ link: this.name, code: err.code });
         },
         fail: (err) => this.fail(err),
@@ -450,9 +451,7 @@ export class Link {
    */
   private async logPullWindow(window: number, largest: number): Promise<void> {
     const { config, source } = this.deps;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(resolve, RTT_WAIT_MS, undefined)));
-    const rttMs = await Promise.race([source.rtt().catch(() => undefined), timeout]).finally(() => clearTimeout(timer));
+    const rttMs = await withDeadline(source.rtt(), RTT_WAIT_MS, "source round trip", this.abort.signal).catch(() => undefined);
     const capPerSecond = rttMs !== undefined && rttMs > 0 ? Math.round((window * 1000) / rttMs) : undefined;
     this.logger.info(
       { window, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest, rttMs, capPerSecond },
@@ -710,8 +709,13 @@ export class Link {
     this.pollTimer.unref();
   }
 
-  private trouble(kind: Trouble, err: RelayError): void {
+  /** The link's own last error (shown in /status beside the pipeline's). */
+  private noteError(err: RelayError): void {
     this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+  }
+
+  private trouble(kind: Trouble, err: RelayError): void {
+    this.noteError(err);
     // The pipeline counts its own publish and guard errors; the link counts the source side's.
     if (kind === "source") this.deps.metrics.errors.inc({ link: this.name, code: err.code });
     if (!this.troubles.has(kind)) this.logger.warn({ side: kind, code: err.code, err: err.message }, "link trouble");
@@ -819,7 +823,7 @@ export class Link {
 
   private fail(err: RelayError): void {
     this.pipeline.flushAcks(); // finished messages waiting for a cumulative ack get it while the lease holds
-    this.lastError = { code: err.code, message: err.message, at: new Date().toISOString() };
+    this.noteError(err);
     this.logger.error({ code: err.code, err: err.message }, "link failed");
     this.state.set("failed", err.message);
     this.abort.abort();

@@ -62,7 +62,7 @@ export class BucketHistogram<L extends string> {
 
   /** The series of these label values, created on first use (at 0, so it is exported from then on). */
   labels(labels: Readonly<Record<L, string>>): HistogramSeries {
-    const key = this.labelNames.map((n) => labels[n]).join("\u0000");
+    const key = this.keyOf(labels);
     let s = this.series.get(key);
     if (!s) {
       const own: Record<string, string> = {};
@@ -75,7 +75,11 @@ export class BucketHistogram<L extends string> {
 
   /** Drops the series of these label values (a removed link). */
   remove(labels: Readonly<Record<string, string | number>>): void {
-    this.series.delete(this.labelNames.map((n) => String(labels[n])).join("\u0000"));
+    this.series.delete(this.keyOf(labels));
+  }
+
+  private keyOf(labels: Readonly<Record<string, string | number>>): string {
+    return this.labelNames.map((n) => String(labels[n])).join("\u0000");
   }
 
   reset(): void {
