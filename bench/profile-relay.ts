@@ -13,7 +13,7 @@
  * per 100k counts from the first published message.
  */
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
@@ -98,7 +98,7 @@ async function main(): Promise<void> {
     }
     const redisCpu0 = cpuSeconds(redisPid);
     const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
-    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${tmp}`] });
+    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--cpu-prof", `--cpu-prof-dir=${tmp}`] });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
     strace?.stderr?.on("data", (d: Buffer) => straceOut.push(d.toString()));
@@ -124,6 +124,7 @@ async function main(): Promise<void> {
     if (redisUrl) await printGuardCalls(redisUrl, ((cpuSeconds(redisPid) - redisCpu0) * 100_000) / COUNT);
     proc.signal("SIGTERM");
     await proc.exited;
+    if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
     console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${cpu.toFixed(2)} s per 100k`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));

@@ -4,8 +4,7 @@ import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
-import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
-import type { NanosFormatter } from "./headers.js";
+import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
 
@@ -64,37 +63,63 @@ export interface Entry {
 }
 
 /**
- * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
- * identity, origin, path and source position (README "Headers on relayed messages").
+ * What building a link's entries needs, made once per link (`entryContext`): the headers not copied,
+ * the time formatter, and the constant parts of the headers every entry gets.
  */
 export interface EntryContext {
   readonly link: LinkConfig;
   /** Lower-cased header names not copied (see `stripSet`). */
   readonly strip: ReadonlySet<string>;
   readonly time: NanosFormatter;
+  /** `Relay-Source: <region> <stream> `: the sequence follows. */
+  readonly sourcePrefix: string;
+  /** The origin and path lines of a message first published in the source region (the common case). */
+  readonly firstHopLines: string;
 }
 
+export function entryContext(link: LinkConfig): EntryContext {
+  const region = link.from.region;
+  return {
+    link,
+    strip: stripSet(link),
+    time: new NanosFormatter(),
+    sourcePrefix: `${RelayHeaders.Source}: ${region} ${link.from.stream} `,
+    firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
+  };
+}
+
+/**
+ * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
+ * identity, origin, path and source position (README "Headers on relayed messages"). The lines are
+ * built as one string: every value is either the link's own (validated config, digits) or was a header
+ * value at the source, which the server parsed line by line, so none can hold a CR or LF.
+ */
 export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
-  const { link, strip } = ctx;
-  const out = new HeaderBlock();
+  const { strip } = ctx;
   const src = msg.headers;
+  let copied = "";
   if (src instanceof WireHeaders) {
-    out.appendLines(src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX));
+    copied = src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX);
   } else if (src) {
+    const out = new HeaderBlock();
     for (const [key, values] of src) {
       const lower = key.toLowerCase();
       if (strip.has(lower) || lower.startsWith(ALWAYS_STRIPPED_PREFIX)) continue;
       for (const v of values) out.append(key, v);
     }
+    copied = out.lines;
   }
-  // The rewritten headers were skipped above (they are in `strip`), so append is a set here.
-  out.append(RelayHeaders.MsgId, identity.id);
-  out.append(RelayHeaders.Origin, identity.origin);
-  out.append(RelayHeaders.Path, identity.path.join(","));
-  out.append(RelayHeaders.Source, `${link.from.region} ${link.from.stream} ${msg.streamSequence}`);
-  out.append(RelayHeaders.SourceTime, ctx.time.formatDigits(msg.timestampNanos));
-  return out;
+  // The rewritten headers were skipped above (they are in `strip`), so these are sets.
+  const hop = isFirstHop(identity, ctx.link.from.region)
+    ? ctx.firstHopLines
+    : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
+  return new HeaderBlock(
+    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n`,
+  );
 }
+
+const isFirstHop = (identity: MessageIdentity, region: string): boolean =>
+  identity.origin === region && identity.path.length === 1 && identity.path[0] === region;
 
 /** Lower-cased names never copied from the source: the link's strip list plus the rewritten headers. */
 export function stripSet(link: LinkConfig): ReadonlySet<string> {

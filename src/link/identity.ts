@@ -41,8 +41,8 @@ export function identify(msg: SourceMessage, link: LinkConfig, incarnation?: num
   const msgId = h?.get(RelayHeaders.MsgId) || "";
   const id = msgId !== "" ? msgId : derivedId(sourceRegion, link.from.stream, msg.streamSequence, incarnation);
   const origin = h?.get(RelayHeaders.Origin) || sourceRegion;
-  const priorPath = splitPath(h?.get(RelayHeaders.Path) ?? "");
-  const path = priorPath[priorPath.length - 1] === sourceRegion ? priorPath : [...priorPath, sourceRegion];
+  const pathHeader = h?.get(RelayHeaders.Path) ?? "";
+  const path = pathHeader === "" ? firstHop(sourceRegion) : withSource(splitPath(pathHeader), sourceRegion);
 
   const versions = link.guard?.versions;
   if (!versions) return { ok: true, identity: { id, origin, path } };
@@ -84,6 +84,19 @@ function readField(msg: SourceMessage, source: FieldSource): string | undefined 
 function describe(source: FieldSource): string {
   return source.kind === "header" ? `header ${source.name}` : `subject token ${source.index}`;
 }
+
+/**
+ * The path of a message first published in `region`: one shared frozen array per region (a message
+ * without a Relay-Path header is the common case, and its identity is built per message).
+ */
+const firstHopPaths = new Map<string, readonly string[]>();
+function firstHop(region: string): readonly string[] {
+  let path = firstHopPaths.get(region);
+  if (path === undefined) firstHopPaths.set(region, (path = Object.freeze([region])));
+  return path;
+}
+
+const withSource = (prior: string[], region: string): readonly string[] => (prior[prior.length - 1] === region ? prior : [...prior, region]);
 
 function splitPath(value: string): string[] {
   return value === "" ? [] : value.split(",").map((s) => s.trim()).filter((s) => s !== "");

@@ -9,10 +9,10 @@ import type { PubAck, JetStreamPublisher } from "../nats/publisher.js";
 import type { SourceAcks } from "../nats/source-acks.js";
 import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
 import type { Entry, EntryContext } from "./entry.js";
-import { newEntry, stripSet, toDeadLetter, toOversizedDeadLetter, wireSize } from "./entry.js";
+import { entryContext, newEntry, toDeadLetter, toOversizedDeadLetter, wireSize } from "./entry.js";
 import { CumulativeAcks } from "./cumulative-acks.js";
 import { DestinationLedger } from "./destination-ledger.js";
-import { NanosFormatter, RelayHeaders } from "./headers.js";
+import { RelayHeaders } from "./headers.js";
 import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
 import { directRoutesFor, identify, route } from "./identity.js";
@@ -146,7 +146,7 @@ export class Pipeline {
   private claimHoldUntil = 0;
 
   constructor(private readonly deps: PipelineDeps) {
-    this.entryContext = { link: deps.link, strip: stripSet(deps.link), time: new NanosFormatter() };
+    this.entryContext = entryContext(deps.link);
     this.counters = outcomeCounters(deps.metrics, deps.link.name);
     this.directRoutes = directRoutesFor(deps.link, deps.links);
     this.label = { link: deps.link.name };

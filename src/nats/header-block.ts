@@ -1,5 +1,7 @@
 import type { MsgHdrs } from "@nats-io/nats-core";
 
+const STATUS_LINE = "NATS/1.0\r\n";
+
 /**
  * An outgoing NATS header block kept as wire text and encoded once. The client's MsgHdrs validates and
  * canonicalises every key on every set and keeps arrays per key; on the relay's hot path the keys are
@@ -8,8 +10,18 @@ import type { MsgHdrs } from "@nats-io/nats-core";
  * protocol. `set`/`delete` re-scan the text: they are for the rare dead-letter path only.
  */
 export class HeaderBlock {
-  private text = "NATS/1.0\r\n";
   private bytes: Uint8Array | undefined;
+
+  /**
+   * `lines`: header lines already in wire form (`Key: value\r\n` each), trusted as they are: the
+   * relay's own hot path builds them from values that were header values at the source or are its
+   * own (see `append` for anything else).
+   */
+  constructor(lines = "") {
+    this.text = `${STATUS_LINE}${lines}`;
+  }
+
+  private text: string;
 
   append(key: string, value: string): this {
     if (value.includes("\r") || value.includes("\n")) throw new TypeError(`header ${key}: value contains CR or LF`);
@@ -29,6 +41,11 @@ export class HeaderBlock {
     return this;
   }
 
+  /** The header lines after the status line, in wire form (`Key: value\r\n` each). */
+  get lines(): string {
+    return this.text.slice(STATUS_LINE.length);
+  }
+
   /** Replaces every value of `key` (case-insensitive) with one. */
   set(key: string, value: string): this {
     this.delete(key);
@@ -36,12 +53,12 @@ export class HeaderBlock {
   }
 
   get(key: string): string | undefined {
-    return this.lines().find((l) => l.key === key.toLowerCase())?.value;
+    return this.parsed().find((l) => l.key === key.toLowerCase())?.value;
   }
 
   delete(key: string): void {
     const lower = key.toLowerCase();
-    this.text = `NATS/1.0\r\n${this.lines()
+    this.text = `${STATUS_LINE}${this.parsed()
       .filter((l) => l.key !== lower)
       .map((l) => `${l.raw}\r\n`)
       .join("")}`;
@@ -60,7 +77,7 @@ export class HeaderBlock {
     return this as unknown as MsgHdrs;
   }
 
-  private lines(): { key: string; value: string; raw: string }[] {
+  private parsed(): { key: string; value: string; raw: string }[] {
     return this.text
       .split("\r\n")
       .slice(1)
