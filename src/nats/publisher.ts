@@ -1,6 +1,7 @@
 import { createInbox } from "@nats-io/nats-core";
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
+import { PendingPublishes } from "./pending-publishes.js";
 
 export interface PubAck {
   readonly stream: string;
@@ -12,7 +13,6 @@ export type PublishCallback = (err: RelayError | null, ack: PubAck | null) => vo
 
 interface Pending {
   readonly cb: PublishCallback;
-  readonly deadline: number;
   readonly subject: string;
 }
 
@@ -22,16 +22,15 @@ const decoder = new TextDecoder();
  * JetStream publishing without a promise and a timer per message: every publish is a core publish with
  * a reply subject under one shared inbox subscription, and the PubAck JSON is parsed from the reply.
  * `js.publish()` costs enough per call to cap a node process near 16k msgs/s; this path is bounded by the
- * socket. Timeouts are enforced by one sweep over the pending map, which is in publish order.
+ * socket. Timeouts are enforced by one sweep over the pending publishes, which are in publish order.
  *
  * Callbacks run exactly once: with a PubAck, or with a RelayError whose code says what happened.
  */
 export class JetStreamPublisher {
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new PendingPublishes<Pending>();
   private readonly prefix: string;
   private readonly sub: Subscription;
   private readonly sweeper: NodeJS.Timeout;
-  private nextId = 0;
   private closed = false;
   /** The stream the last PubAck named: the next one almost always names it too (its string is reused). */
   private lastStream: string | undefined;
@@ -55,12 +54,11 @@ export class JetStreamPublisher {
       cb(new RelayError(ErrorCodes.PUBLISH_FAILED, "publisher closed"), null);
       return;
     }
-    const id = this.nextId++;
-    this.pending.set(id, { cb, deadline: Date.now() + this.timeoutMs, subject });
+    const id = this.pending.add({ cb, subject }, Date.now() + this.timeoutMs);
     try {
       this.nc.publish(subject, data, { headers, reply: `${this.prefix}${id}` });
     } catch (err) {
-      this.pending.delete(id);
+      this.pending.take(id);
       // Never call back inside publish(): a caller that retries from its callback would spin without
       // ever yielding to the event loop (health checks, timers and signals would starve).
       const failure = new RelayError(ErrorCodes.PUBLISH_FAILED, `publish to ${subject} failed: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
@@ -78,27 +76,21 @@ export class JetStreamPublisher {
   }
 
   failAll(err: RelayError): void {
-    const all = [...this.pending.values()];
-    this.pending.clear();
-    for (const p of all) p.cb(err, null);
+    for (const p of this.pending.drain()) p.cb(err, null);
   }
 
   private onReply(msg: Msg): void {
     const dot = msg.subject.lastIndexOf(".");
     const id = Number(msg.subject.slice(dot + 1));
-    const p = this.pending.get(id);
+    const p = this.pending.take(id);
     if (!p) return; // timed out already; the re-publish will be deduplicated
-    this.pending.delete(id);
     const [err, ack] = parsePubAck(msg, p.subject, this.lastStream);
     if (ack) this.lastStream = ack.stream;
     p.cb(err, ack);
   }
 
   private sweep(): void {
-    const now = Date.now();
-    for (const [id, p] of this.pending) {
-      if (p.deadline > now) break; // insertion order = deadline order
-      this.pending.delete(id);
+    for (const p of this.pending.expire(Date.now())) {
       p.cb(new RelayError(ErrorCodes.PUBLISH_TIMEOUT, `no PubAck for ${p.subject} within ${this.timeoutMs}ms`), null);
     }
   }
