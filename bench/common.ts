@@ -72,13 +72,34 @@ export async function expectEmpty(nc: NatsConnection, stream: string): Promise<v
 }
 
 /** Polls the stream's message count; times from the first message to the last. */
-export async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000): Promise<number> {
+/**
+ * A relay process's CPU per 100,000 messages counted like the rate: from its first relayed message (the
+ * process's start, ~0.3 s of CPU, is a one-time cost; `startup` keeps it apart). Call `first` when the
+ * destination shows its first messages, `per100k` at the end.
+ */
+export function relayCpuMeter(pid: number | undefined, count: number) {
+  let atFirst: number | undefined;
+  let firstN = 0;
+  return {
+    first: (n: number) => {
+      atFirst = cpuSeconds(pid);
+      firstN = n;
+    },
+    startup: () => atFirst ?? NaN,
+    per100k: () => ((cpuSeconds(pid) - (atFirst ?? 0)) * 100_000) / (count - firstN),
+  };
+}
+
+export async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000, onFirst?: (n: number) => void): Promise<number> {
   const jsm = await jetstreamManager(nc);
   const deadline = Date.now() + timeoutMs;
   let first = 0;
   for (;;) {
     const n = (await jsm.streams.info(stream)).state.messages;
-    if (n > 0 && first === 0) first = performance.now();
+    if (n > 0 && first === 0) {
+      first = performance.now();
+      onFirst?.(n);
+    }
     if (n >= count) return (performance.now() - first) / 1000;
     if (Date.now() > deadline) throw new Error(`${stream}: ${n} of ${count} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 20));

@@ -25,7 +25,7 @@ import { connect } from "@nats-io/transport-node";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { topologyRows } from "./topology.js";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
@@ -47,6 +47,8 @@ interface Result {
   /** CPU seconds per 100,000 messages: the nats-servers (and Redis), and the relay process. */
   serverCpu?: number;
   relayCpu?: number;
+  /** The relay process's CPU before its first relayed message (start, connect, consumer). */
+  relayStartCpu?: number;
 }
 
 /** Reads the CPU time of `pids` now; calling the result gives the seconds used since, per 100k messages. */
@@ -133,9 +135,10 @@ async function relay(servers: LocalBackend, name: string, guardYaml: string, red
   const serverCpu = cpuMeter([a.pid, b.pid, redisPid]);
   const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
   try {
-    const seconds = await timeUntilFull(ncb, "DST", COUNT);
+    const cpu = relayCpuMeter(proc.pid, COUNT);
+    const seconds = await timeUntilFull(ncb, "DST", COUNT, undefined, cpu.first);
     const rss = peakRssMb(proc.pid);
-    return { name, msgsPerSec: COUNT / seconds, seconds, ...(rss ? { peakRssMb: rss } : {}), serverCpu: serverCpu(), relayCpu: (cpuSeconds(proc.pid) * 100_000) / COUNT };
+    return { name, msgsPerSec: COUNT / seconds, seconds, ...(rss ? { peakRssMb: rss } : {}), serverCpu: serverCpu(), relayCpu: cpu.per100k(), relayStartCpu: cpu.startup() };
   } finally {
     proc.signal("SIGTERM");
     await proc.exited;
@@ -202,7 +205,10 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
           `${cpu(r.serverCpu)}${cpu(r.relayCpu)}`,
       );
     }
-    console.log("(CPU: seconds per 100,000 messages; server = the nats-servers, and Redis for the guarded relay)");
+    const start = results.find((r) => r.relayStartCpu !== undefined)?.relayStartCpu;
+    console.log(
+      `(CPU: seconds per 100,000 messages; server = the nats-servers, and Redis for the guarded relay; relay CPU from its first relayed message, like the rate: its start took ${start?.toFixed(2) ?? "?"} s once)`,
+    );
     const [unguarded, guarded] = [results[4], results[5]];
     console.log(`\nrelay runs (msgs/s): ${results.filter((r) => r.runs).map((r) => `${r.name}: ${r.runs?.map((x) => Math.round(x)).join(", ")}`).join("; ")}`);
     if (unguarded) console.log(`relay / client bound for one process: ${(unguarded.msgsPerSec / bound).toFixed(2)}x`);

@@ -17,7 +17,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, expectEmpty, fill, peakRssMb, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, expectEmpty, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 export interface TopologyRow {
   readonly name: string;
@@ -113,9 +113,10 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
     await expectEmpty(ncb, "DST");
     const proc = startRelay(r, await relayConfig(r, linkExtra));
     try {
-      const seconds = await timeUntilFull(ncb, "DST", count);
+      const cpu = relayCpuMeter(proc.pid, count);
+      const seconds = await timeUntilFull(ncb, "DST", count, undefined, cpu.first);
       const rss = peakRssMb(proc.pid);
-      return { name, msgsPerSec: count / seconds, seconds, relayCpu: (cpuSeconds(proc.pid) * 100_000) / count, ...(rss ? { peakRssMb: rss } : {}) };
+      return { name, msgsPerSec: count / seconds, seconds, relayCpu: cpu.per100k(), ...(rss ? { peakRssMb: rss } : {}) };
     } finally {
       proc.signal("SIGTERM");
       await proc.exited;
