@@ -6,8 +6,13 @@
  * cover a message that is not finished.
  */
 export class CumulativeAcks {
-  /** Finished and not yet covered by an ack, by ascending sequence. */
-  private finished: { seq: number; reply: string }[] = [];
+  /**
+   * Finished and not yet covered by an ack, by ascending sequence: sequences and ack subjects side by
+   * side from `from` on (no object per message; the consumed prefix is dropped once it is large).
+   */
+  private seqs: number[] = [];
+  private replies: string[] = [];
+  private from = 0;
 
   /**
    * A message is finished (relayed, suppressed, dead-lettered, or already in the destination). One
@@ -16,17 +21,21 @@ export class CumulativeAcks {
    */
   done(seq: number, reply: string): void {
     if (reply === "") return;
-    const list = this.finished;
-    const last = list[list.length - 1];
-    if (!last || seq > last.seq) {
-      list.push({ seq, reply });
+    const { seqs, replies } = this;
+    const n = seqs.length;
+    if (n === this.from || seq > seqs[n - 1]!) {
+      seqs.push(seq);
+      replies.push(reply);
       return;
     }
     // A redelivery finished out of order (rare): kept sorted; the latest delivery's subject wins.
-    let i = list.length - 1;
-    while (i > 0 && list[i - 1]!.seq >= seq) i--;
-    if (list[i]!.seq === seq) list[i] = { seq, reply };
-    else list.splice(i, 0, { seq, reply });
+    let i = n - 1;
+    while (i > this.from && seqs[i - 1]! >= seq) i--;
+    if (seqs[i] === seq) replies[i] = reply;
+    else {
+      seqs.splice(i, 0, seq);
+      replies.splice(i, 0, reply);
+    }
   }
 
   /**
@@ -35,23 +44,30 @@ export class CumulativeAcks {
    * The caller sends it.
    */
   flush(lowestHeld: number | undefined): string | undefined {
-    const list = this.finished;
-    if (list.length === 0) return undefined;
-    let n = list.length;
-    if (lowestHeld !== undefined) while (n > 0 && list[n - 1]!.seq >= lowestHeld) n--;
-    if (n === 0) return undefined;
-    const top = list[n - 1]!;
-    this.finished = n === list.length ? [] : list.slice(n);
-    return top.reply;
+    const { seqs, replies } = this;
+    let n = seqs.length;
+    if (lowestHeld !== undefined) while (n > this.from && seqs[n - 1]! >= lowestHeld) n--;
+    if (n === this.from) return undefined;
+    const top = replies[n - 1]!;
+    this.from = n;
+    if (this.from === seqs.length) this.reset();
+    else if (this.from >= 1_024) {
+      this.seqs = seqs.slice(this.from);
+      this.replies = replies.slice(this.from);
+      this.from = 0;
+    }
+    return top;
   }
 
   /** Finished messages waiting for an ack. */
   get waiting(): number {
-    return this.finished.length;
+    return this.seqs.length - this.from;
   }
 
   /** Forgets everything (the cursor moved, or another relay owns the link now: their acks are its). */
   reset(): void {
-    this.finished = [];
+    this.seqs.length = 0;
+    this.replies.length = 0;
+    this.from = 0;
   }
 }

@@ -34,3 +34,19 @@ test("CumulativeAcks: a redelivery finished out of order is kept sorted, its lat
   acks.done(1, "");
   assert.equal(acks.waiting, 0, "a delivery without an ack subject cannot be acked");
 });
+
+test("CumulativeAcks: a long run acked in steps (the consumed part dropped on the way) and a redelivery below the pending ones", () => {
+  const acks = new CumulativeAcks();
+  for (let seq = 1; seq <= 5_000; seq++) acks.done(seq, `r${seq}`);
+  for (let held = 700; held <= 4_900; held += 700) {
+    assert.equal(acks.flush(held), `r${held - 1}`, `held ${held}`);
+    assert.equal(acks.waiting, 5_000 - held + 1);
+  }
+  // 4,900..5,000 wait; a redelivery of 4,950 (a newer ack subject) and of 10 (covered long ago) finish now.
+  acks.done(4_950, "r4950-latest");
+  acks.done(10, "r10-again");
+  assert.equal(acks.waiting, 102);
+  assert.equal(acks.flush(4_951), "r4950-latest", "everything below 4,951 is finished: its latest subject covers it");
+  assert.equal(acks.flush(undefined), "r5000");
+  assert.equal(acks.waiting, 0);
+});
