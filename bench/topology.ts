@@ -235,6 +235,9 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
       await relayRow(servers, `R3 + ${rtt}: relay, an ack each`, o.count, o.oneWayMs, "    sourceAcks: each"),
       // The window a WAN link is advised to have: pulls outstanding for all of inFlight (README, Window).
       await relayRow(servers, `R3 + ${rtt}: relay, inFlightBytes 1GiB`, o.count, o.oneWayMs, "    inFlightBytes: 1GiB"),
+      // A window of 4,096 messages: what the README advises for a link that must move more than
+      // inFlight / RTT messages per second across a WAN.
+      await relayRow(servers, `R3 + ${rtt}: relay, inFlight 4096, 4GiB`, o.count, o.oneWayMs, "    inFlight: 4096\n    inFlightBytes: 4GiB"),
     ]);
   }
   if (o.only.has("lag")) {
