@@ -71,7 +71,6 @@ export async function expectEmpty(nc: NatsConnection, stream: string): Promise<v
   if (n !== 0) throw new Error(`${stream}: holds ${n} messages before the relay started; no rate would mean anything`);
 }
 
-/** Polls the stream's message count; times from the first message to the last. */
 /**
  * A relay process's CPU per 100,000 messages counted like the rate: from its first relayed message (the
  * process's start, ~0.3 s of CPU, is a one-time cost; `startup` keeps it apart). Call `first` when the
@@ -90,6 +89,10 @@ export function relayCpuMeter(pid: number | undefined, count: number) {
   };
 }
 
+/**
+ * Polls the stream's message count; times from the first message to the last. `onFirst` is called with
+ * the count when the first messages show.
+ */
 export async function timeUntilFull(nc: NatsConnection, stream: string, count: number, timeoutMs = 600_000, onFirst?: (n: number) => void): Promise<number> {
   const jsm = await jetstreamManager(nc);
   const deadline = Date.now() + timeoutMs;

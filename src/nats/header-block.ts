@@ -10,6 +10,7 @@ const STATUS_LINE = "NATS/1.0\r\n";
  * protocol. `set`/`delete` re-scan the text: they are for the rare dead-letter path only.
  */
 export class HeaderBlock {
+  private text: string;
   private bytes: Uint8Array | undefined;
 
   /**
@@ -20,8 +21,6 @@ export class HeaderBlock {
   constructor(lines = "") {
     this.text = `${STATUS_LINE}${lines}`;
   }
-
-  private text: string;
 
   append(key: string, value: string): this {
     if (value.includes("\r") || value.includes("\n")) throw new TypeError(`header ${key}: value contains CR or LF`);
