@@ -8,6 +8,7 @@
  * reasons were scrubbed where they were caught.
  */
 import type { LinkConfig } from "../config/types.js";
+import { maxMessageBytes, pullWindow } from "../nats/pull-window.js";
 import { formatDuration } from "../config/durations.js";
 import { evictionFinding, replicationFinding } from "../guard/safety.js";
 import type { EvictionReport, ReplicationReport } from "../guard/safety.js";
@@ -36,7 +37,15 @@ export interface CheckResult {
 // Facts, as preflight.ts gathers them
 
 export type RegionFact =
-  { readonly ok: true; readonly server: string } | { readonly ok: false; readonly reason: string };
+  | {
+      readonly ok: true;
+      readonly server: string;
+      /** The round trip to the region's server from where the check runs (ms), when it answered in time. */
+      readonly rttMs?: number;
+      /** The server's `max_payload`. */
+      readonly maxPayload?: number;
+    }
+  | { readonly ok: false; readonly reason: string };
 
 export interface StreamFacts {
   readonly name: string;
@@ -50,6 +59,8 @@ export interface StreamFacts {
   readonly messages: number;
   /** A mirror, or a stream with sources. */
   readonly sourced: boolean;
+  /** The stream's `max_msg_size`; 0 or less when it sets none. */
+  readonly maxMsgSize?: number;
 }
 
 export type StreamFact =
@@ -166,6 +177,40 @@ export function checkRegion(role: "source" | "destination", region: string, fact
     // The reason names the region and its servers (credentials stripped).
     detail: `not reachable: ${fact.reason}`,
     fix: `check regions.${region}.servers, the network path to them, auth and TLS; the ${role === "source" ? "link cannot read" : "link cannot publish"} until it connects`,
+  };
+}
+
+/** A round trip at least this long is a WAN, where the pull window bounds what a link can move. */
+const WAN_RTT_MS = 10;
+
+const mib = (bytes: number): string => (bytes >= 1024 * 1024 ? `${+(bytes / (1024 * 1024)).toFixed(1)} MiB` : `${Math.ceil(bytes / 1024)} KiB`);
+
+/**
+ * The link's pull window and the rate it allows over the round trip to the source region (measured from
+ * where the check runs, so run it where the relay runs). A window held below `inFlight` by
+ * `inFlightBytes` over a WAN warns: the link moves at most one window per round trip.
+ */
+export function checkWindow(link: LinkConfig, source: StreamFact, region: RegionFact): CheckResult {
+  const name = "pull window";
+  if (!region.ok) return skipped(name, `region ${link.from.region} is not reachable`);
+  if (source.kind !== "found") return skipped(name, `stream ${where(link.from.region, link.from.stream)} was not read`);
+  const largest = maxMessageBytes(source.stream.maxMsgSize, region.maxPayload);
+  const { max_messages: window } = pullWindow(link, largest);
+  const limitedBy = source.stream.maxMsgSize !== undefined && source.stream.maxMsgSize > 0 ? "the stream's max_msg_size" : "the server's max_payload";
+  const bytesBound = window < link.inFlight;
+  const why = bytesBound
+    ? `: inFlightBytes ${mib(link.inFlightBytes)} over messages of up to ${mib(largest)} (${limitedBy}), not inFlight ${link.inFlight}`
+    : ` (inFlight)`;
+  if (region.rttMs === undefined) return { name, level: "ok", detail: `${window} messages per round trip to ${link.from.region}${why}; round trip not measured` };
+  const rtt = Math.max(1, Math.round(region.rttMs));
+  const cap = Math.round((window * 1000) / rtt);
+  const detail = `${window} messages per round trip to ${link.from.region}${why}; round trip from here ${rtt} ms: at most ~${cap} msgs/s`;
+  if (!bytesBound || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
+  return {
+    name,
+    level: "warning",
+    detail,
+    fix: `across a WAN give the link its full window: links[${link.name}].inFlightBytes: ${mib(link.inFlight * largest)} (inFlight × the largest message), or a max_msg_size on ${link.from.stream}; size inFlight at least the rate it must sustain × (round trip + ~20 ms) (README, "A link across a WAN")`,
   };
 }
 

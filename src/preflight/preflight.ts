@@ -30,6 +30,7 @@ import { readEviction, readReplication } from "../guard/safety-probe.js";
 import { leaseKey } from "../group/lease-key.js";
 import { isApiCode } from "../nats/durable-consumer.js";
 import { openRegion } from "../nats/region-session.js";
+import { withDeadline } from "../lifecycle/deadline.js";
 import {
   checkConsumer,
   checkDeadLetter,
@@ -46,6 +47,7 @@ import {
   checkRetention,
   checkSourceStream,
   checkSubjectsBound,
+  checkWindow,
   destinationPatterns,
   sourcePatterns,
   unboundSubjects,
@@ -110,9 +112,22 @@ function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 
+/** How long the check waits for a region's round trip (the pull window row says when it did not come). */
+const RTT_WAIT_MS = 2_000;
+
+/** The lowest of `n` round trips, one after the other: the network's share, not a busy moment's. */
+async function lowestRtt(nc: NatsConnection, n: number): Promise<number> {
+  let lowest = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < n; i++) lowest = Math.min(lowest, await nc.rtt());
+  return lowest;
+}
+
 async function openCheckedRegion(region: RegionConfig, logger: Logger, timeoutMs: number): Promise<RegionSession> {
   const s = await openRegion(region, { name: "jetstream-relay/check", logger, timeoutMs, checkApi: false });
-  return s.ok ? { fact: { ok: true, server: s.server }, nc: s.nc, jsm: s.jsm } : { fact: { ok: false, reason: s.reason } };
+  if (!s.ok) return { fact: { ok: false, reason: s.reason } };
+  const rttMs = await withDeadline(lowestRtt(s.nc, 3), RTT_WAIT_MS, "round trip").catch(() => undefined);
+  const maxPayload = s.nc.info?.max_payload;
+  return { fact: { ok: true, server: s.server, ...(rttMs !== undefined ? { rttMs } : {}), ...(maxPayload !== undefined ? { maxPayload } : {}) }, nc: s.nc, jsm: s.jsm };
 }
 
 export function streamFacts(info: StreamInfo): StreamFact {
@@ -126,6 +141,7 @@ export function streamFacts(info: StreamInfo): StreamFact {
       duplicateWindowMs: c.duplicate_window ? millis(c.duplicate_window) : 0,
       maxAgeMs: c.max_age ? millis(c.max_age) : 0,
       messages: info.state.messages,
+      maxMsgSize: c.max_msg_size ?? -1,
       sourced:
         info.mirror !== undefined ||
         (info.sources?.length ?? 0) > 0 ||
@@ -377,6 +393,7 @@ export async function runPreflight(
             fromSession?.fact ?? { ok: false, reason: "not connected" },
           ),
           checkSourceStream(link, source),
+          checkWindow(link, source, fromSession?.fact ?? { ok: false, reason: "not connected" }),
           checkRegion(
             "destination",
             link.to.region,

@@ -10,6 +10,7 @@ import {
   checkLoops,
   checkOverlaps,
   checkSubjectsBound,
+  checkWindow,
   replayHorizonMs,
 } from "../../src/preflight/checks.js";
 import type { StreamFact, StreamFacts } from "../../src/preflight/checks.js";
@@ -22,6 +23,7 @@ import {
   transformPattern,
 } from "../../src/preflight/subjects.js";
 import { uniqueName } from "../helpers/check.js";
+import { startDelayProxy } from "../helpers/delay-proxy.js";
 import { freePort } from "../helpers/local-process.js";
 import { RelayProcess, writeConfig } from "../helpers/relays.js";
 import { withServers } from "../helpers/servers.js";
@@ -189,6 +191,29 @@ describe("checks on facts", () => {
     assert.match(aged.detail, /> max age 1m/);
   });
 
+  test("pull window: the rate a window allows over the round trip; a window held below inFlight by inFlightBytes over a WAN warns", () => {
+    const [plain, wide] = configLinks(`
+  - { name: p, from: { region: a, stream: S }, to: { region: b, stream: S } }
+  - { name: w, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlight: 4096, inFlightBytes: 4GiB }
+`) as [LinkConfig, LinkConfig];
+    const region = (rttMs?: number) => ({ ok: true as const, server: "a-1", maxPayload: 1024 * 1024, ...(rttMs !== undefined ? { rttMs } : {}) });
+    const stream = found({ name: "S", subjects: ["S.>"] });
+    // Defaults: 64 MiB over 1 MiB messages is 64, so one batch (500); across 40 ms that is 12,500/s.
+    const wan = checkWindow(plain, stream, region(40));
+    assert.equal(wan.level, "warning");
+    assert.match(wan.detail, /^500 messages per round trip to a: inFlightBytes 64 MiB over messages of up to 1 MiB \(the server's max_payload\), not inFlight 1024; round trip from here 40 ms: at most ~12500 msgs\/s$/);
+    assert.match(wan.fix ?? "", /links\[p\]\.inFlightBytes: 1024 MiB .* or a max_msg_size on S/);
+    assert.equal(checkWindow(plain, stream, region(1)).level, "ok", "on a LAN the window is not what limits the link");
+    assert.match(checkWindow(plain, stream, region()).detail, /round trip not measured/);
+    // A max_msg_size on the source stream lifts the byte bound: 64 MiB over 64 KiB is 1,024.
+    const small = checkWindow(plain, found({ name: "S", subjects: ["S.>"], maxMsgSize: 64 * 1024 }), region(40));
+    assert.equal(small.level, "ok");
+    assert.match(small.detail, /^1024 messages per round trip to a \(inFlight\); round trip from here 40 ms: at most ~25600 msgs\/s$/);
+    assert.match(checkWindow(wide, stream, region(40)).detail, /^4096 messages .* at most ~102400 msgs\/s$/);
+    assert.equal(checkWindow(plain, stream, { ok: false, reason: "down" }).level, "skipped");
+    assert.equal(checkWindow(plain, { kind: "missing" }, region(40)).level, "skipped");
+  });
+
   test("subjects bound: union coverage and a transform that empties subjects", () => {
     const [link, bad] = configLinks(`
   - { name: t, from: { region: a, stream: S, filter: "orders.>" }, to: { region: b, stream: S, subject: { stripPrefix: "orders.", addPrefix: "us." } } }
@@ -319,7 +344,7 @@ describe("check --live", () => {
     assert.equal(r.code, 0, r.out + r.err);
     for (const link of ["a-to-b", "b-to-a"]) {
       const rows = rowsOf(r.out, link);
-      assert.equal(rows.length, link === "b-to-a" ? 14 : 12, `checks for ${link}`);
+      assert.equal(rows.length, link === "b-to-a" ? 15 : 13, `checks for ${link}`);
       for (const x of rows) assert.equal(x.level, "ok", `${link} / ${x.name}: ${x.detail}`);
     }
     assert.match(
@@ -330,10 +355,33 @@ describe("check --live", () => {
     assert.match(row(r.out, "b-to-a", "guard").detail, /AOF on/);
     assert.match(row(r.out, "b-to-a", "guard").detail, /\(Redis \d+\.\d+\.\d+\)/, "the guard row names the Redis version it checked");
     assert.match(row(r.out, "b-to-a", "durable consumer").detail, /3 pending/);
+    // On loopback the window is not what limits a link: ok, with the round trip it was measured over.
+    assert.match(row(r.out, "a-to-b", "pull window").detail, /^500 messages per round trip to a: .*; round trip from here \d+ ms: at most ~\d+ msgs\/s$/);
     assert.match(row(r.out, "a-to-b", "durable consumer").detail, /does not exist yet/);
     // The offline lines are still there.
     assert.match(r.out, /region b: .* runs 1 link/);
     assert.match(r.out, /live check: 2 links, 0 errors, 0 warnings/);
+  });
+
+  test("a link read across a WAN with the default window: the pull window row warns with the round trip measured through it", async () => {
+    const s = uniqueName("WAN");
+    await streams(s);
+    const wan = await startDelayProxy({ port: Number(new URL(a.url).port), oneWayMs: 25 });
+    try {
+      const yaml = `regions:\n  a: { servers: ["nats://127.0.0.1:${wan.port}"] }\n  b: { servers: ["${b.url}"] }\nlinks:\n  - name: a-to-b\n    from: { region: a, stream: ${s} }\n    to: { region: b, stream: ${s} }\n`;
+      const r = await check(yaml);
+      assert.equal(r.code, 0, `a warning alone does not fail the check: ${r.out}${r.err}`);
+      const w = row(r.out, "a-to-b", "pull window");
+      assert.equal(w.level, "warning", w.detail);
+      const m = /round trip from here (\d+) ms: at most ~(\d+) msgs\/s$/.exec(w.detail);
+      assert.ok(m, w.detail);
+      assert.ok(Number(m[1]) >= 50, `the round trip goes through the 50 ms proxy: ${m[1]} ms`);
+      assert.equal(Number(m[2]), Math.round(500_000 / Number(m[1])));
+      assert.match(w.fix ?? "", /inFlightBytes: 1024 MiB/);
+      assert.equal((await check(yaml, "--strict")).code, 1, "--strict fails on the warning");
+    } finally {
+      await wan.close();
+    }
   });
 
   test("a partitioned link: a durable row per partition; a subject without a partition number below count is an error", async () => {
