@@ -183,7 +183,14 @@ export function checkRegion(role: "source" | "destination", region: string, fact
 /** A round trip at least this long is a WAN, where the pull window bounds what a link can move. */
 const WAN_RTT_MS = 10;
 
-const mib = (bytes: number): string => (bytes >= 1024 * 1024 ? `${+(bytes / (1024 * 1024)).toFixed(1)} MiB` : `${Math.ceil(bytes / 1024)} KiB`);
+const MIB = 1024 * 1024;
+/** The most `inFlightBytes` takes (the config's bound). */
+const MAX_IN_FLIGHT_BYTES = 16 * 1024 * MIB;
+
+const mib = (bytes: number): string => (bytes >= MIB ? `${+(bytes / MIB).toFixed(1)} MiB` : `${Math.ceil(bytes / 1024)} KiB`);
+
+/** A size as the config takes it (whole MiB, else whole KiB rounded up). */
+const configSize = (bytes: number): string => (bytes % MIB === 0 ? `${bytes / MIB}MiB` : `${Math.ceil(bytes / 1024)}KiB`);
 
 /**
  * The link's pull window and the rate it allows over the round trip to the source region (measured from
@@ -206,11 +213,16 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
   const cap = Math.round((window * 1000) / rtt);
   const detail = `${window} messages per round trip to ${link.from.region}${why}; round trip from here ${rtt} ms: at most ~${cap} msgs/s`;
   if (!bytesBound || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
+  const full = link.inFlight * largest;
+  const raise =
+    full <= MAX_IN_FLIGHT_BYTES
+      ? `links[${link.name}].inFlightBytes: ${configSize(full)} (inFlight × the largest message), or a max_msg_size on ${link.from.stream}`
+      : `a max_msg_size on ${link.from.stream} (inFlight × the largest message is more than inFlightBytes takes, 16GiB)`;
   return {
     name,
     level: "warning",
     detail,
-    fix: `across a WAN give the link its full window: links[${link.name}].inFlightBytes: ${mib(link.inFlight * largest)} (inFlight × the largest message), or a max_msg_size on ${link.from.stream}; size inFlight at least the rate it must sustain × (round trip + ~20 ms) (README, "A link across a WAN")`,
+    fix: `across a WAN give the link its full window: ${raise}; size inFlight at least the rate it must sustain × (round trip + ~20 ms) (README, "A link across a WAN")`,
   };
 }
 

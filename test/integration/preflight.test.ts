@@ -202,7 +202,13 @@ describe("checks on facts", () => {
     const wan = checkWindow(plain, stream, region(40));
     assert.equal(wan.level, "warning");
     assert.match(wan.detail, /^500 messages per round trip to a: inFlightBytes 64 MiB over messages of up to 1 MiB \(the server's max_payload\), not inFlight 1024; round trip from here 40 ms: at most ~12500 msgs\/s$/);
-    assert.match(wan.fix ?? "", /links\[p\]\.inFlightBytes: 1024 MiB .* or a max_msg_size on S/);
+    assert.match(wan.fix ?? "", /links\[p\]\.inFlightBytes: 1024MiB .* or a max_msg_size on S/);
+    // The fix is a value the config takes: whole MiB or KiB, and never above inFlightBytes' bound.
+    const odd = checkWindow(plain, found({ name: "S", subjects: ["S.>"], maxMsgSize: 1_000_000 }), region(40));
+    assert.match(odd.fix ?? "", /inFlightBytes: 1000000KiB /);
+    assert.doesNotThrow(() => configLinks(`  - { name: x, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlightBytes: 1000000KiB }`));
+    const [many] = configLinks(`  - { name: m, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlight: 65536, batchSize: 500 }`) as [LinkConfig];
+    assert.match(checkWindow(many, stream, region(40)).fix ?? "", /^across a WAN give the link its full window: a max_msg_size on S \(inFlight × the largest message is more than inFlightBytes takes, 16GiB\)/);
     assert.equal(checkWindow(plain, stream, region(1)).level, "ok", "on a LAN the window is not what limits the link");
     assert.match(checkWindow(plain, stream, region()).detail, /round trip not measured/);
     // A max_msg_size on the source stream lifts the byte bound: 64 MiB over 64 KiB is 1,024.
@@ -377,7 +383,7 @@ describe("check --live", () => {
       assert.ok(m, w.detail);
       assert.ok(Number(m[1]) >= 50, `the round trip goes through the 50 ms proxy: ${m[1]} ms`);
       assert.equal(Number(m[2]), Math.round(500_000 / Number(m[1])));
-      assert.match(w.fix ?? "", /inFlightBytes: 1024 MiB/);
+      assert.match(w.fix ?? "", /inFlightBytes: 1024MiB/);
       assert.equal((await check(yaml, "--strict")).code, 1, "--strict fails on the warning");
     } finally {
       await wan.close();
