@@ -230,8 +230,12 @@ test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id 
   // in a:): at least 2,000 after the relay's start, within the first half of its share of the stream.
   // (A delay after the first 2,000 let a faster relay finish the whole backlog before the signal.)
   const share = Math.floor((total - 2_000) / stops);
+  // Each relay's /healthz is probed from its start until just before its SIGTERM (the last one's until
+  // the transfer settled): catching up a backlog must not stall its event loop.
+  const liveness: LivenessReport[] = [];
   for (let round = 0; round < stops; round++) {
     const relay = runRelay(t, r.config);
+    const live = watch(t, await relay.httpUrl());
     const before = await streamCount(r.ncb, r.dst);
     const target = before + 2_000 + Math.floor(Math.random() * Math.max(1, share / 2 - 2_000));
     await check(async () => (await streamCount(r.ncb, r.dst)) >= target, {
@@ -240,6 +244,7 @@ test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id 
       intervalMs: 20,
     });
     await assertMidTransfer(r, total, load);
+    liveness.push(await live.stop());
     const code = await terminate(relay);
     assert.equal(
       code,
@@ -249,17 +254,23 @@ test("d: SIGTERM mid-transfer drains, exits 0, and a restart finishes: every id 
     assert.match(relay.output(), /"msg":"drained: exiting"/);
   }
   const again = runRelay(t, r.config);
+  const againLive = watch(t, await again.httpUrl());
   await load.done;
   const stuck = await settled(r.nca, r.src, "after the restart", SETTLE_MS);
+  liveness.push(await againLive.stop());
   assert.equal(await terminate(again), 0);
   const source = await readSource(r.nca, r.src);
   assert.equal(source.length, total);
-  const report = await checkDelivery({
-    fault: `relay SIGTERM x${stops} + restart`,
-    dest: r.ncb,
-    stream: r.dst,
-    source,
-  });
+  const merged = mergeLiveness(liveness);
+  const report = {
+    ...(await checkDelivery({
+      fault: `relay SIGTERM x${stops} + restart`,
+      dest: r.ncb,
+      stream: r.dst,
+      source,
+    })),
+    ...(merged ? { liveness: merged } : {}),
+  };
   await recordRow(report);
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
