@@ -21,7 +21,7 @@ import { LocalBackend } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
@@ -102,32 +102,32 @@ async function main(): Promise<void> {
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
     strace?.stderr?.on("data", (d: Buffer) => straceOut.push(d.toString()));
-    let cpu0 = 0;
+    const cpu = relayCpuMeter(proc.pid, COUNT);
     let seconds: number;
     if (RATE > 0) {
       nca.publish("src.warm", BENCH_PAYLOAD);
       await timeUntilFull(ncb, "DST", 1, 60_000);
-      cpu0 = cpuSeconds(proc.pid);
+      cpu.first(0);
       const started = performance.now();
       await publishAtRate(nca, RATE, COUNT);
       await timeUntilFull(ncb, "DST", COUNT + 1);
       seconds = (performance.now() - started) / 1000; // from the first publish: the rate is the publisher's
     } else {
       // Like the rate: from the first relayed message (the process's start is a one-time cost).
-      seconds = await timeUntilFull(ncb, "DST", COUNT, undefined, () => (cpu0 = cpuSeconds(proc.pid)));
+      seconds = await timeUntilFull(ncb, "DST", COUNT, undefined, cpu.first);
     }
     if (strace) {
       strace.kill("SIGINT");
       await new Promise((resolve) => strace.once("exit", resolve));
       console.log(`system calls of the relay while it relayed ${COUNT} messages:\n${straceOut.join("")}`);
     }
-    const cpu = ((cpuSeconds(proc.pid) - cpu0) * 100_000) / COUNT;
+    const relayCpu = cpu.per100k(); // before the SIGTERM: the process's CPU is read from /proc
     if (redisUrl) await printGuardCalls(redisUrl, ((cpuSeconds(redisPid) - redisCpu0) * 100_000) / COUNT);
     proc.signal("SIGTERM");
     await proc.exited;
     if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
-    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${cpu.toFixed(2)} s per 100k`);
+    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);
