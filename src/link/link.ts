@@ -10,7 +10,7 @@ import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { toDelivery } from "../nats/delivery.js";
-import { maxMessageBytes, pullWindow } from "../nats/pull-window.js";
+import { maxMessageBytes, pullWindow, windowPerSecond } from "../nats/pull-window.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { SourceRef } from "../nats/destination-markers.js";
@@ -452,7 +452,7 @@ export class Link {
   private async logPullWindow(window: number, largest: number): Promise<void> {
     const { config, source } = this.deps;
     const rttMs = await withDeadline(source.rtt(), RTT_WAIT_MS, "source round trip", this.abort.signal).catch(() => undefined);
-    const capPerSecond = rttMs !== undefined && rttMs > 0 ? Math.round((window * 1000) / rttMs) : undefined;
+    const capPerSecond = windowPerSecond(window, rttMs);
     this.logger.info(
       { window, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest, rttMs, capPerSecond },
       window < config.inFlight

@@ -28,3 +28,8 @@ export function maxMessageBytes(streamMaxMsgSize: number | undefined, serverMaxP
   if (streamMaxMsgSize !== undefined && streamMaxMsgSize > 0) return streamMaxMsgSize;
   return serverMaxPayload ?? 0;
 }
+
+/** What a window allows: one window per round trip, in messages per second (undefined without a round trip). */
+export function windowPerSecond(window: number, rttMs: number | undefined): number | undefined {
+  return rttMs !== undefined && rttMs > 0 ? Math.round((window * 1000) / rttMs) : undefined;
+}

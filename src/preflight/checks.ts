@@ -8,7 +8,7 @@
  * reasons were scrubbed where they were caught.
  */
 import type { LinkConfig } from "../config/types.js";
-import { maxMessageBytes, pullWindow } from "../nats/pull-window.js";
+import { maxMessageBytes, pullWindow, windowPerSecond } from "../nats/pull-window.js";
 import { formatDuration } from "../config/durations.js";
 import { evictionFinding, replicationFinding } from "../guard/safety.js";
 import type { EvictionReport, ReplicationReport } from "../guard/safety.js";
@@ -210,7 +210,7 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
     : ` (inFlight)`;
   if (region.rttMs === undefined) return { name, level: "ok", detail: `${window} messages per round trip to ${link.from.region}${why}; round trip not measured` };
   const rtt = Math.max(1, Math.round(region.rttMs));
-  const cap = Math.round((window * 1000) / rtt);
+  const cap = windowPerSecond(window, rtt);
   const detail = `${window} messages per round trip to ${link.from.region}${why}; round trip from here ${rtt} ms: at most ~${cap} msgs/s`;
   if (!bytesBound || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
   const full = link.inFlight * largest;
