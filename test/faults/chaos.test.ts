@@ -1,0 +1,214 @@
+import { test } from "node:test";
+import type { TestContext } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as delay } from "node:timers/promises";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { check, uniqueName } from "../helpers/check.js";
+import { LocalBackend } from "../helpers/local-backend.js";
+import { startBlackHoleProxy } from "../helpers/blackhole-proxy.js";
+import type { BlackHoleProxy } from "../helpers/blackhole-proxy.js";
+import { connectTo, createStream, streamCount } from "../helpers/streams.js";
+import { spawnRelay, writeConfig } from "../helpers/relays.js";
+import type { RelayProcess } from "../helpers/relays.js";
+import { linkYaml } from "../helpers/scenario.js";
+import type { NatsNode, RedisNode } from "../helpers/types.js";
+import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
+import { scrapeMetric, settled, terminate, withReport } from "./process-harness.js";
+import { chaosSchedule, describeSchedule } from "./chaos/schedule.js";
+import type { ScheduledFault } from "./chaos/schedule.js";
+import { startChaosLoad } from "./chaos/load.js";
+
+/**
+ * The chaos soak: every fault the fault matrix knows, on a seeded random schedule, against the
+ * topology production runs — two 3-node regions with R3 streams, the source region reached through
+ * one proxy per node (it advertises no other URLs, so the relay cannot route around a black hole), a
+ * group of two relay processes with the Redis guard and per-entity versions — under a steady load
+ * whose versions rise in source order (one publish at a time).
+ *
+ * The verdict is the shared checker's, judged on the data before any guard decision: every source id
+ * in the destination exactly once, in source order (overall and per subject), no version going back.
+ * A message the guard dropped as a stale version is missing from the destination, so it is a
+ * violation here: the source held it in order, and only the relay can have put it behind a newer one.
+ *
+ *   npm test                                     the short soak (2 minutes, seed 21: every fault kind once)
+ *   npm run test:chaos -- --seed N --minutes M   any seed, any length (a random seed when none given)
+ */
+
+const SEED = Number(process.env["CHAOS_SEED"] ?? 21);
+const MINUTES = Number(process.env["CHAOS_MINUTES"] ?? 2);
+const RATE = 400;
+const ENTITIES = 50;
+const LEASE_MS = 3_000;
+
+interface Member {
+  readonly process: RelayProcess;
+  readonly url: string;
+}
+
+test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 8-15 s; every id once, in order, no stale drop`, async (t: TestContext) => {
+  const lengthMs = Math.round(MINUTES * 60_000);
+  const schedule = chaosSchedule(SEED, lengthMs);
+  t.diagnostic(`schedule (seed ${SEED}): ${describeSchedule(schedule)}`);
+  const servers = new LocalBackend(); // per-node options (noAdvertise) are the local backend's
+  t.after(() => servers.cleanup());
+  const [a, b, redis] = await Promise.all([
+    servers.startNatsCluster({ size: 3, node: () => ({ noAdvertise: true }) }),
+    servers.startNatsCluster({ size: 3 }),
+    servers.startRedis({ appendonly: true }),
+  ]);
+  const proxies = await Promise.all(a.nodes.map((n) => startBlackHoleProxy({ port: n.port })));
+  t.after(() => Promise.all(proxies.map((p) => p.close())));
+  const src = uniqueName("SRC");
+  const dst = uniqueName("DST");
+  const nca = await connectTo(t, a.urls);
+  const ncb = await connectTo(t, b.urls);
+  await createStream(nca, { name: src, subjects: [`${src}.>`], replicas: 3 });
+  await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
+  const config = await writeConfig(
+    linkYaml({
+      regions: { a: proxies.map((p) => `nats://127.0.0.1:${p.port}`), b: b.urls },
+      links: [
+        {
+          name: "a-to-b",
+          from: "a",
+          fromStream: src,
+          to: "b",
+          toStream: dst,
+          extra: `    guard:\n      redis: { url: "${redis.url}" }\n      versions: { entity: "header:Test-Entity", version: "header:Test-Version" }\n`,
+        },
+      ],
+      extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }\n`,
+    }),
+  );
+  const spawnMember = async (): Promise<Member> => {
+    const process = spawnRelay(t, ["run", "--config", config, "--region", "b"]);
+    return { process, url: await process.httpUrl() };
+  };
+  let members = [await spawnMember(), await spawnMember()];
+
+  const total = Math.round((lengthMs / 1_000) * RATE);
+  const load = startChaosLoad(nca, src, { total, ratePerSec: RATE, entities: ENTITIES });
+  t.after(() => load.stop());
+  const started = Date.now();
+  const log: string[] = [];
+  for (const fault of schedule) {
+    const wait = started + fault.atMs - Date.now();
+    if (wait > 0) await delay(wait);
+    const line = await inject(fault, {
+      a: a.nodes,
+      b: b.nodes,
+      proxies,
+      redis,
+      members,
+      spawnMember,
+      replace: (m) => (members = m),
+      leaderOf: async (what) => {
+        const name =
+          what === "source-consumer"
+            ? (await (await jetstreamManager(nca)).consumers.info(src, "relay-a-to-b").catch(() => undefined))?.cluster?.leader
+            : (await (await jetstreamManager(ncb)).streams.info(dst).catch(() => undefined))?.cluster?.leader;
+        return [...a.nodes, ...b.nodes].find((n) => n.name === name);
+      },
+      owner: async () => {
+        const owns = await Promise.all(members.map(async (m) => ((await statusOf(m))?.links[0]?.ownership?.self === true)));
+        return members.find((_, i) => owns[i]);
+      },
+    });
+    log.push(`${((Date.now() - started) / 1000).toFixed(1)}s ${line}`);
+  }
+  t.diagnostic(`faults: ${log.join("; ")}`);
+  await load.done;
+  t.diagnostic(`published ${load.published} (${load.retries} publish retries) in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+
+  const stuck = await settled(nca, src, "after the soak", 120_000);
+  const stale = await Promise.all(members.map((m) => scrapeMetric(m.url, "relay_corrections_total", { link: "a-to-b", kind: "stale_version" }).catch(() => -1)));
+  const codes = await Promise.all(members.map((m) => terminate(m.process)));
+  const report = await checkDelivery({ fault: `chaos soak seed ${SEED}, ${MINUTES} min`, dest: ncb, stream: dst, source: await readSource(nca, src) });
+  await recordRow(report);
+  t.diagnostic(`stale_version corrections on the surviving relays: ${stale.join(", ")}; destination holds ${await streamCount(ncb, dst)}`);
+  if (stuck) throw withReport(stuck, report);
+  assertDelivery(report);
+  assert.deepEqual(
+    stale.filter((n) => n !== 0),
+    [],
+    "no stale-version drop: the source's versions rise in its own order, so a stale one means the relay reordered",
+  );
+  assert.deepEqual(codes, members.map(() => 0), "the surviving members drain and exit 0");
+});
+
+async function statusOf(m: Member): Promise<{ links: { ownership?: { self: boolean } }[] } | undefined> {
+  const res = await fetch(`${m.url}/status`, { signal: AbortSignal.timeout(1_000) }).catch(() => undefined);
+  return res?.ok ? ((await res.json()) as { links: { ownership?: { self: boolean } }[] }) : undefined;
+}
+
+interface Targets {
+  readonly a: readonly NatsNode[];
+  readonly b: readonly NatsNode[];
+  readonly proxies: readonly BlackHoleProxy[];
+  readonly redis: RedisNode;
+  readonly members: readonly Member[];
+  spawnMember(): Promise<Member>;
+  replace(members: Member[]): void;
+  /** The node leading the source consumer or the destination stream (undefined: not known now). */
+  leaderOf(what: "source-consumer" | "dest-stream"): Promise<NatsNode | undefined>;
+  /** The relay owning the link (undefined: none, or not known now). */
+  owner(): Promise<Member | undefined>;
+}
+
+/** Injects one fault, waits its duration, heals it; returns what it did. */
+async function inject(fault: ScheduledFault, x: Targets): Promise<string> {
+  const pick = <T>(list: readonly T[]): T => list[fault.target % list.length] as T;
+  // Every other fault of a kind strikes where it hurts most: the node leading the source consumer or
+  // the destination stream, the relay owning the link (the rest strike at random).
+  const sharp = fault.target % 2 === 0;
+  const d = fault.durationMs;
+  switch (fault.kind) {
+    case "kill-source-node":
+    case "kill-dest-node": {
+      const source = fault.kind === "kill-source-node";
+      const nodes = source ? x.a : x.b;
+      const node = (sharp ? await x.leaderOf(source ? "source-consumer" : "dest-stream") : undefined) ?? pick(nodes);
+      await node.kill();
+      await delay(d);
+      await node.restart();
+      return `${fault.kind} ${node.name} (${d} ms)`;
+    }
+    case "pause-source-node": {
+      const node = (sharp ? await x.leaderOf("source-consumer") : undefined) ?? pick(x.a);
+      await node.pause();
+      await delay(d);
+      await node.resume();
+      return `${fault.kind} ${node.name} (${d} ms)`;
+    }
+    case "blackhole-source-node": {
+      const i = fault.target % x.proxies.length;
+      const proxy = x.proxies[i] as BlackHoleProxy;
+      proxy.blackHole();
+      await delay(d);
+      proxy.restore();
+      return `${fault.kind} #${i} (${d} ms)`;
+    }
+    case "pause-relay": {
+      const m = (sharp ? await x.owner() : undefined) ?? pick(x.members);
+      m.process.signal("SIGSTOP");
+      await delay(d);
+      m.process.signal("SIGCONT");
+      return `${fault.kind} pid ${m.process.pid} (${d} ms)`;
+    }
+    case "kill-relay": {
+      const m = (sharp ? await x.owner() : undefined) ?? pick(x.members);
+      m.process.signal("SIGKILL");
+      await m.process.exited;
+      await delay(d);
+      const fresh = await x.spawnMember();
+      x.replace([...x.members.filter((o) => o !== m), fresh]);
+      await check(async () => (await fetch(`${fresh.url}/healthz`)).ok, { name: "the replacement relay answers /healthz", timeoutMs: 20_000 });
+      return `${fault.kind} pid ${m.process.pid}, replaced by pid ${fresh.process.pid}`;
+    }
+    case "pause-redis":
+      await x.redis.pause();
+      await delay(d);
+      await x.redis.resume();
+      return `${fault.kind} (${d} ms)`;
+  }
+}
