@@ -30,8 +30,17 @@ export const ErrorCodes = {
   DESTINATION_FULL: "DESTINATION_FULL",
   /** A message (headers included) is larger than the destination accepts: the bad-message policy applies. */
   MESSAGE_TOO_LARGE: "MESSAGE_TOO_LARGE",
-  /** A PubAck came from another stream than the link's destination (its subject is bound elsewhere): the link halts. */
+  /**
+   * The destination stream does not bind every subject the link publishes (read at start and whenever the
+   * stream changes), a PubAck came from another stream, or the server refused the link's
+   * `Nats-Expected-Stream` (err_code 10060): the link halts.
+   */
   DESTINATION_MISMATCH: "DESTINATION_MISMATCH",
+  /**
+   * The destination stream has interest or work-queue retention: it can answer a publish with a PubAck
+   * and not keep the message (no interest, or consumed), so acking the source would lose it. The link fails.
+   */
+  DESTINATION_RETENTION: "DESTINATION_RETENTION",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /**

@@ -243,7 +243,7 @@ function compileLink(l: ParsedLink): LinkConfig {
       stream: l.from.stream,
       ...(l.from.filter === undefined ? {} : { filterSubject: l.from.filter }),
     },
-    to: { region: l.to.region, stream: l.to.stream, transform },
+    to: { region: l.to.region, stream: l.to.stream, transform, ...(l.to.expectStream === true ? { expectStream: true as const } : {}) },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
     inFlightBytes: l.inFlightBytes ?? DEFAULTS.inFlightBytes,

@@ -136,7 +136,7 @@ export function redactConfig(config: RelayConfig): unknown {
     return {
       name: l.name,
       from: { ...l.from },
-      to: { region: l.to.region, stream: l.to.stream, transform: { ...l.to.transform } },
+      to: { region: l.to.region, stream: l.to.stream, transform: { ...l.to.transform }, ...(l.to.expectStream ? { expectStream: l.to.expectStream } : {}) },
       batchSize: l.batchSize,
       inFlight: l.inFlight,
       ackWaitMs: l.ackWaitMs,

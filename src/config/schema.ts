@@ -407,6 +407,8 @@ const LinkSchema = obj({
       stripPrefix: subject("subject prefix", { wildcards: false, prefix: true }).optional(),
       addPrefix: subject("subject prefix", { wildcards: false, prefix: true }).optional(),
     }).optional(),
+    /** Every publish carries `Nats-Expected-Stream: <stream>` (stored with the message): the server refuses another stream. */
+    expectStream: boolean.optional(),
   }),
   batchSize: integer(1, 10_000).optional(),
   inFlight: integer(1, 65_536).optional(),

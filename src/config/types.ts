@@ -82,7 +82,16 @@ export type BadMessagePolicy =
 export interface LinkConfig {
   readonly name: string;
   readonly from: { readonly region: string; readonly stream: string; readonly filterSubject?: string };
-  readonly to: { readonly region: string; readonly stream: string; readonly transform: SubjectTransform };
+  readonly to: {
+    readonly region: string;
+    readonly stream: string;
+    readonly transform: SubjectTransform;
+    /**
+     * Every publish carries `Nats-Expected-Stream: <stream>`, so the server refuses to store into any
+     * other stream (err_code 10060). Off by default: the header is stored with every message.
+     */
+    readonly expectStream?: true;
+  };
   /** Messages per pull request. */
   readonly batchSize: number;
   /** Max messages between receive and ack (also the consumer's MaxAckPending). */

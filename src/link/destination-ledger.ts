@@ -93,6 +93,15 @@ export class DestinationLedger {
     return this.finished.get(sourceSeq);
   }
 
+  /** The destination stream was recreated: its sequences start again, nothing seen in the old one compares. */
+  destinationRestarted(): void {
+    this.lastDest = 0;
+    this.maxSource = 0;
+    this.maxSourceDest = 0;
+    this.known.clear();
+    this.knownUpTo = 0;
+  }
+
   /** The pipeline forgot what it held (lease lost, consumer moved back): nothing it remembers is an answer any more. */
   reset(): void {
     this.maxSource = 0;

@@ -7,7 +7,7 @@ import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
-import { unboundSubjects } from "../preflight/checks.js";
+import { checkRetention, unboundSubjects } from "../preflight/checks.js";
 import { streamFacts } from "../preflight/preflight.js";
 import { RelayHeaders } from "./headers.js";
 import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
@@ -32,9 +32,10 @@ export class Destination {
   ) {}
 
   /**
-   * Reads the destination stream and checks that it binds every subject the link publishes.
-   * Rejects with STREAM_NOT_FOUND (retryable: it may be created) or DESTINATION_MISMATCH (a subject
-   * the link publishes would be stored by another stream or refused).
+   * Reads the destination stream and checks that it keeps what it acknowledges and binds every subject
+   * the link publishes. Rejects with STREAM_NOT_FOUND (retryable: it may be created),
+   * DESTINATION_RETENTION (interest or work-queue retention: a PubAck does not mean the message stays)
+   * or DESTINATION_MISMATCH (a subject the link publishes would be stored by another stream or refused).
    */
   async facts(sourceInfo: StreamInfo | undefined): Promise<DestinationFacts> {
     const { link } = this;
@@ -47,6 +48,13 @@ export class Destination {
         throw new RelayError(ErrorCodes.STREAM_NOT_FOUND, `${where} not found: messages wait until it exists (see \`jetstream-relay check --live\`)`, { cause: err });
       }
       throw classifyJsError(err, where);
+    }
+    const retention = checkRetention(link, streamFacts(info));
+    if (retention.level === "error") {
+      throw new RelayError(
+        ErrorCodes.DESTINATION_RETENTION,
+        `${where} has ${info.config.retention} retention: it can acknowledge a message it does not keep, and the relay would ack the source for a message that is gone (its Relay-Source markers go too). Fix: ${retention.fix ?? "use a stream with limits retention"}`,
+      );
     }
     if (sourceInfo) {
       const unbound = unboundSubjects(link, streamFacts(sourceInfo), streamFacts(info));

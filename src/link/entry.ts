@@ -4,7 +4,7 @@ import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
-import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
+import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
 
@@ -75,6 +75,8 @@ export interface EntryContext {
   readonly sourcePrefix: string;
   /** The origin and path lines of a message first published in the source region (the common case). */
   readonly firstHopLines: string;
+  /** `Nats-Expected-Stream: <stream>` with `to.expectStream`, else empty. */
+  readonly expectLine: string;
 }
 
 export function entryContext(link: LinkConfig): EntryContext {
@@ -85,6 +87,7 @@ export function entryContext(link: LinkConfig): EntryContext {
     time: new NanosFormatter(),
     sourcePrefix: `${RelayHeaders.Source}: ${region} ${link.from.stream} `,
     firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
+    expectLine: link.to.expectStream ? `${EXPECTED_STREAM}: ${link.to.stream}\r\n` : "",
   };
 }
 
@@ -114,7 +117,7 @@ export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: Entr
     ? ctx.firstHopLines
     : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
   return new HeaderBlock(
-    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n`,
+    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n${ctx.expectLine}`,
   );
 }
 
@@ -162,6 +165,7 @@ export function wireSize(entry: Entry): number {
 export function toDeadLetter(entry: Entry, subject: string, linkName: string, reason: string): void {
   entry.subject = subject;
   entry.deadLetterReason = reason;
+  entry.headers.delete(EXPECTED_STREAM); // `to.expectStream` names the destination, not the dead-letter stream
   entry.headers.set(RelayHeaders.DeadLetterReason, reason);
   entry.headers.set(RelayHeaders.DeadLetterLink, linkName);
   entry.state = "ready";

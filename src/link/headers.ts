@@ -22,6 +22,9 @@ export const RelayHeaders = {
   DeadLetterDigest: "Relay-Dead-Letter-Digest",
 } as const;
 
+/** Set by the relay itself only with `to.expectStream` (then stored with every message). */
+export const EXPECTED_STREAM = "Nats-Expected-Stream";
+
 /** Headers JetStream would act on in the destination: stripped by default (config adds more). */
 export const DEFAULT_STRIP_HEADERS: readonly string[] = [
   "Nats-Expected-Stream",
@@ -34,10 +37,11 @@ export const DEFAULT_STRIP_HEADERS: readonly string[] = [
 ];
 
 /**
- * Never stored in the destination, whatever the link's strip list says: JetStream keeps these headers
+ * Never copied from the source, whatever the link's strip list says: JetStream keeps these headers
  * with the message, and a mirror or source of the destination stream under another name would later
- * act on them (nats-server issues 5240, 5865). The relay checks stream binding itself (link start and
- * every PubAck's `stream`).
+ * act on them (nats-server issues 5240, 5865). The relay checks stream binding itself (link start, the
+ * destination's advisories and every PubAck's `stream`); it sets `Nats-Expected-Stream` only when the
+ * link asks for it (`to.expectStream`).
  */
 export const ALWAYS_STRIPPED: readonly string[] = [
   "Nats-Expected-Stream",

@@ -21,6 +21,7 @@ import { BacklogProbe } from "./backlog.js";
 import { CatchUpLog, ResyncLog } from "./progress-log.js";
 import { positionCursor } from "./cursor.js";
 import { Destination } from "./destination.js";
+import { DestinationWatch } from "./destination-watch.js";
 import type { BacklogReading } from "./backlog.js";
 import { GapDetector } from "./gap.js";
 import { GuardWatch } from "./guard-watch.js";
@@ -125,6 +126,11 @@ export class Link {
   /** The source stream as last read (its creation time is the incarnation in derived ids and markers). */
   private sourceInfo: StreamInfo | undefined;
   private destinationKnown = false;
+  /** Announces changes to the destination stream while the link runs; each holds publishing until it is read again. */
+  private readonly destinationWatch: DestinationWatch;
+  /** Changes announced so far: a read that began before the latest one does not end the hold. */
+  private destinationChanges = 0;
+  private recheck: Promise<void> | undefined;
   /** The destination connection is up (a reconnect after trouble does not clear it by itself). */
   private destConnected = true;
   /** The consumer sequence of the last delivery taken (0: none since the cursor was placed). */
@@ -183,7 +189,16 @@ export class Link {
         guardTrouble: (err) => this.trouble("guard", err),
         healthy: () => this.clear("dest", "guard", "refused"),
         halt: (err) => this.fail(err),
+        destinationRestarted: (detail) => this.destinationWatch.restarted(detail),
       },
+    });
+    this.destinationWatch = new DestinationWatch({
+      nc: deps.dest,
+      link: config.name,
+      stream: config.to.stream,
+      metrics: deps.metrics,
+      logger: this.logger,
+      changed: () => this.destinationChanged(),
     });
     this.gapDetector = new GapDetector(config.from.filterSubject !== undefined);
     this.catchUpLog = new CatchUpLog(this.logger, deps.progressIntervalMs ?? 10_000);
@@ -242,6 +257,7 @@ export class Link {
     await this.guardWatch.start();
     this.deps.lease.start();
     this.pipeline.setPublisher(this.publisher);
+    this.destinationWatch.start();
     this.watchConnection(this.deps.source, "source");
     this.watchConnection(this.deps.dest, "dest");
     this.running = this.consumeLoop().catch((err: unknown) => this.fail(toRelayError(err)));
@@ -341,6 +357,7 @@ export class Link {
 
   private async doStop(signal?: AbortSignal): Promise<void> {
     this.abort.abort();
+    this.destinationWatch.stop();
     if (this.pollTimer) clearTimeout(this.pollTimer);
     this.messages?.stop();
     await this.running;
@@ -606,20 +623,51 @@ export class Link {
   }
 
   /**
-   * Reads the destination stream's limits and checks its subjects. A missing stream holds messages in
-   * the pipeline (retried by the poll timer); a stream that does not bind the link's subjects fails the link.
+   * Reads the destination stream's limits and checks its subjects and retention. A missing stream holds
+   * messages in the pipeline (retried by the poll timer); a stream that does not bind the link's subjects,
+   * or does not keep what it acknowledges (interest, work queue), fails the link.
    */
   private async refreshDestination(): Promise<void> {
+    const changes = this.destinationChanges;
+    const held = this.pipeline.destinationHeld;
     try {
-      this.pipeline.setDestination(await this.destination.facts(this.sourceInfo));
+      const facts = await this.destination.facts(this.sourceInfo);
+      // Changed again while it was read (the recheck reads again), or stopping: this reading decides nothing.
+      if (changes !== this.destinationChanges || this.abort.signal.aborted) return;
+      this.pipeline.setDestination(facts);
+      if (held) this.logger.info({ stream: facts.stream }, "destination read again after a change: it binds the link's subjects and keeps what it acknowledges; publishing resumes");
       if (!this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
       this.destinationKnown = true;
     } catch (err) {
       const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
       this.deps.metrics.errors.inc({ link: this.name, code: relayErr.code });
-      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH) return this.fail(relayErr);
+      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH || relayErr.code === ErrorCodes.DESTINATION_RETENTION) return this.fail(relayErr);
       this.trouble("dest", relayErr);
     }
+  }
+
+  /** The destination changed while the link runs (DestinationWatch): hold publishing and read it again. */
+  private destinationChanged(): void {
+    if (this.abort.signal.aborted) return;
+    this.destinationChanges++;
+    this.pipeline.holdDestination();
+    void this.recheckDestination();
+  }
+
+  /** Reads the destination until a reading began after the latest change; one at a time. */
+  private recheckDestination(): Promise<void> {
+    this.recheck ??= (async () => {
+      try {
+        let seen: number;
+        do {
+          seen = this.destinationChanges;
+          await this.refreshDestination();
+        } while (seen !== this.destinationChanges && !this.abort.signal.aborted);
+      } finally {
+        this.recheck = undefined;
+      }
+    })();
+    return this.recheck;
   }
 
   private onMessage(m: JsMsg): void {
@@ -656,7 +704,10 @@ export class Link {
           if (side === "dest") this.destConnected = false;
           this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
         }
-        if (s.type === "reconnect" && side === "dest") this.destConnected = true;
+        if (s.type === "reconnect" && side === "dest") {
+          this.destConnected = true;
+          this.destinationWatch.reconnected(); // changes announced while it was away were lost
+        }
         // With messages waiting, the first PubAck (pipeline.healthy) says the destination is back;
         // a reconnect alone does not (its stream may still be electing a leader).
         if (s.type === "reconnect" && side === "dest" && this.pipeline.size === 0) this.clear("dest");
@@ -672,7 +723,8 @@ export class Link {
         .then(async (reading) => {
           // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
           if (this.abort.signal.aborted) return;
-          if (!this.destinationKnown) await this.refreshDestination();
+          // Unknown, or changed and not readable yet (deleted): read again every poll.
+          if (!this.destinationKnown || this.pipeline.destinationHeld) await this.recheckDestination();
           if (this.abort.signal.aborted) return;
           this.pipeline.keepAlive();
           this.deps.metrics.inFlightBytes.set({ link: this.name }, this.pipeline.bytes);
@@ -827,6 +879,7 @@ export class Link {
     this.logger.error({ code: err.code, err: err.message }, "link failed");
     this.state.set("failed", err.message);
     this.abort.abort();
+    this.destinationWatch.stop();
     this.messages?.stop();
     // Another relay of the group may take the link over (a failure of this process's own making, such
     // as a lost region, is not its); one that fails the same way reports it too. First what was already

@@ -36,6 +36,11 @@ export interface PipelineEvents {
   healthy(): void;
   /** A message cannot be handled under the link's policy (`onBadMessage: halt`), or the destination is not the link's. */
   halt(err: RelayError): void;
+  /**
+   * A PubAck's sequence went backwards: the destination stream was recreated under its name. Publishing
+   * is held (and what it stores is not acked) until the link has read the destination again.
+   */
+  destinationRestarted(detail: string): void;
 }
 
 /** What the link read about its destination at start (stream info and the connection's limits). */
@@ -132,6 +137,14 @@ export class Pipeline {
   /** Finished while the lease was not valid: acked once it is (or dropped by abandon()). */
   private fenced: { entry: Entry; outcome: MessageOutcome }[] = [];
   private destination: DestinationFacts | undefined;
+  /**
+   * The destination changed (an advisory, a reconnect, a sequence going backwards) and is being read
+   * again: nothing is published, and what gets a PubAck meanwhile waits in `parked` for the verdict.
+   */
+  private held = false;
+  private parked: Entry[] = [];
+  /** A publish landed in another stream, or was refused for it (10060): nothing from this source seq on is acked. */
+  private strayFrom: number | undefined;
   /** A look into the destination before a late retry is running: nothing is published meanwhile. */
   private verifying = false;
   /** The source stream's creation time (ms): part of derived ids. */
@@ -190,12 +203,25 @@ export class Pipeline {
     this.incarnation = createdMs;
   }
 
-  /** What the link read about the destination; publishing waits until it is known. */
+  /** What the link read about the destination; publishing waits until it is known. Ends a hold. */
   setDestination(facts: DestinationFacts): void {
     const first = this.destination === undefined;
     this.destination = facts;
     if (first) for (const e of this.claimQueue) this.screen(e);
+    this.held = false;
+    const parked = this.parked;
+    this.parked = [];
+    for (const e of parked) if (e.state === "published") this.commitOrFinish(e);
     this.schedule();
+  }
+
+  /** The destination changed: publish nothing, ack nothing newly stored, until `setDestination` says it is fine. */
+  holdDestination(): void {
+    this.held = true;
+  }
+
+  get destinationHeld(): boolean {
+    return this.held;
   }
 
   /**
@@ -318,6 +344,7 @@ export class Pipeline {
     this.claimQueue = [];
     this.commitQueue = [];
     this.fenced = [];
+    this.parked = [];
     this.ledger.reset();
     this.cumulative?.reset();
     this.uncommittedVersions.clear();
@@ -517,7 +544,7 @@ export class Pipeline {
     if (!publisher || !dest) return;
     if (this.publishPos < this.head) this.publishPos = this.head;
     // Every pass re-checks the blocks: a callback run meanwhile may have rolled back or halted.
-    while (this.publishPos < this.entries.length && !this.halted && !this.verifying && Date.now() >= this.publishBlockedUntil && this.deps.owns()) {
+    while (this.publishPos < this.entries.length && !this.halted && !this.held && !this.verifying && Date.now() >= this.publishBlockedUntil && this.deps.owns()) {
       const entry = this.entries[this.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
       if (entry.state !== "ready") {
@@ -642,6 +669,12 @@ export class Pipeline {
 
   private onPubAck(entry: Entry, attempt: number, err: RelayError | null, ack: PubAck | null): void {
     if (entry.state !== "publishing" && entry.state !== "ready") return;
+    if (this.strayFrom !== undefined && entry.seq > this.strayFrom) {
+      // Published before the link halted on a stray message: whatever its answer, it is not acked (a copy
+      // in the destination is found by its marker when the link runs again).
+      entry.state = "ready";
+      return;
+    }
     if (ack) {
       // A success is a success whatever attempt it answers: the message is in the stream.
       this.counters.publishDuration.observe((performance.now() - entry.publishStartedAt) / 1000);
@@ -651,12 +684,16 @@ export class Pipeline {
           ErrorCodes.DESTINATION_MISMATCH,
           `link ${this.deps.link.name}: subject ${entry.subject} is stored by stream ${ack.stream}, not the link's destination ${dest.stream} (message ${entry.identity.id}, source seq ${entry.seq}, now at ${ack.stream} seq ${ack.seq}); bind the subject to ${dest.stream} or change the link`,
         );
-        this.recordError(mismatch);
-        this.halted = true;
-        this.deps.events.halt(mismatch);
+        this.stray(entry, mismatch);
         return;
       }
       this.onStored(entry, ack);
+      return;
+    }
+    if (err?.code === ErrorCodes.DESTINATION_MISMATCH) {
+      // Refused for `Nats-Expected-Stream` (10060): the subject is bound to another stream; nothing was stored.
+      const stream = this.destination?.stream ?? this.deps.link.to.stream;
+      this.stray(entry, new RelayError(ErrorCodes.DESTINATION_MISMATCH, `link ${this.deps.link.name}: message ${entry.identity.id} (source seq ${entry.seq}) refused: ${err.message}; the subject is no longer bound to ${stream}: bind it again or change the link`));
       return;
     }
     if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
@@ -673,8 +710,29 @@ export class Pipeline {
     if (index >= 0) this.rollback(index, err);
   }
 
+  /**
+   * A message went to (or was refused for) another stream than the link's: the link halts at once.
+   * It and everything after it stay unacked at the source; what came before it is still acked.
+   */
+  private stray(entry: Entry, err: RelayError): void {
+    this.recordError(err);
+    entry.state = "ready"; // not in the destination: left for the next run
+    if (this.strayFrom === undefined || entry.seq < this.strayFrom) this.strayFrom = entry.seq;
+    if (this.halted) return;
+    this.halted = true;
+    this.deps.events.halt(err);
+  }
+
   /** The message is in the destination (a PubAck, or found by its marker): on to commit and ack. */
   private onStored(entry: Entry, ack: PubAck, foundBy?: string): void {
+    if (foundBy === undefined && !ack.duplicate && entry.deadLetterReason === undefined && ack.seq <= this.ledger.lastDestSeq) {
+      // A stream's sequences only grow: a new store at or below one seen before is a new stream under the
+      // old name (deleted and recreated). Its settings are not known: hold until the link read them.
+      const detail = `PubAck for source seq ${entry.seq} at destination seq ${ack.seq}, below seq ${this.ledger.lastDestSeq} seen before: the destination stream was recreated`;
+      this.ledger.destinationRestarted();
+      this.held = true;
+      this.deps.events.destinationRestarted(detail);
+    }
     entry.state = "published";
     if (entry.seq > this.highestStored) this.highestStored = entry.seq;
     entry.destSeq = ack.seq;
@@ -696,6 +754,14 @@ export class Pipeline {
       if (this.debugOn) this.debug("broker_duplicate", entry.identity.id, { destSeq: ack.seq });
     }
     this.publishRecovered();
+    if (this.held && entry.deadLetterReason === undefined) {
+      this.parked.push(entry); // acked (and committed) only once the destination is known to keep it
+      return;
+    }
+    this.commitOrFinish(entry);
+  }
+
+  private commitOrFinish(entry: Entry): void {
     if (this.deps.guard.kind === "none") {
       this.finish(entry, this.outcomeOf(entry));
     } else {

@@ -104,17 +104,21 @@ const JsErrCode = {
   StoreFailed: 10077,
   /** JSInsufficientResourcesErr. */
   InsufficientResources: 10023,
+  /** JSStreamNotMatchErr: "expected stream does not match" (a `Nats-Expected-Stream` header; the reply names the stream that would have stored it). */
+  StreamNotMatch: 10060,
 } as const;
 
 /**
  * By the server's error code, never its text: a message too large is that message's problem (the
- * bad-message policy); a full destination pauses the link; other 5xx (no leader, timeouts) heal by
+ * bad-message policy); a full destination pauses the link; a stream that is not the link's (10060, for
+ * `to.expectStream`) halts it; other 5xx (no leader, timeouts) heal by
  * themselves; any other 4xx concerns the link as a whole, which pauses rather than dead-lettering its
  * stream one message at a time.
  */
 function classifyPubAckError(code: number, errCode: number) {
   if (errCode === JsErrCode.MessageTooLarge) return ErrorCodes.MESSAGE_TOO_LARGE;
   if (errCode === JsErrCode.StoreFailed || errCode === JsErrCode.InsufficientResources) return ErrorCodes.DESTINATION_FULL;
+  if (errCode === JsErrCode.StreamNotMatch) return ErrorCodes.DESTINATION_MISMATCH;
   return code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
 }
 
@@ -140,7 +144,9 @@ export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string,
   }
   if (body.error) {
     const { code = 0, err_code: errCode = 0, description = "unknown error" } = body.error;
-    const text = `destination rejected ${subject}: ${description} (code ${code}, err_code ${errCode})`;
+    // nats-server 2.9 names the stream that would have stored it next to the error (10060).
+    const boundTo = errCode === JsErrCode.StreamNotMatch && typeof body.stream === "string" ? `, bound to stream ${body.stream}` : "";
+    const text = `destination rejected ${subject}: ${description} (code ${code}, err_code ${errCode}${boundTo})`;
     return [new RelayError(classifyPubAckError(code, errCode), text), null];
   }
   if (typeof body.seq !== "number" || typeof body.stream !== "string") {

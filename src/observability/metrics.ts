@@ -100,6 +100,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    destinationChanges: new Counter({
+      name: "relay_destination_changes_total",
+      help: "Changes to the link's destination stream seen while it runs, by kind (created|updated|deleted|other_created|reconnected|restarted): each holds publishing until the stream is read again",
+      labelNames: ["link", "kind"] as const,
+      registers,
+    }),
     idCollisions: new Counter({
       name: "relay_id_collisions_total",
       help: "Messages not stored because the destination holds a different message under the same Nats-Msg-Id",

@@ -86,7 +86,7 @@ links:
     acks,
     metrics: createMetrics(undefined, { defaultMetrics: false }),
     logger,
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
     markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
     owns: () => true,
   });

@@ -41,7 +41,7 @@ function newPipeline(
     acks,
     metrics,
     logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {} },
+    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
     markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
     owns,
   });
