@@ -143,7 +143,10 @@ for (const expectStream of [false, true]) {
     // Nothing acked at the source that is not in DST.
     await stopNow(relay);
     const floor = (await consumerInfo(nca, src, durable)).ack_floor.stream_seq;
-    const inDst = new Set((await readStream(ncb, dst)).map((m) => m.headers["Nats-Msg-Id"]));
+    const dstMessages = await readStream(ncb, dst);
+    const inDst = new Set(dstMessages.map((m) => m.headers["Nats-Msg-Id"]));
+    const stamped = dstMessages.filter((m) => m.headers["Nats-Expected-Stream"] === dst).length;
+    assert.equal(stamped, expectStream ? dstMessages.length : 0, "Nats-Expected-Stream is stored with every message only with the option");
     const acked = (await readStream(nca, src)).filter((m) => m.seq <= floor);
     assert.ok(acked.length >= 200, `the link had acked what it relayed: ${acked.length}`);
     const missing = acked.filter((m) => !inDst.has(m.headers["Nats-Msg-Id"])).map((m) => m.seq);
