@@ -133,7 +133,7 @@ export class Link {
   private recheck: Promise<void> | undefined;
   /** The destination connection is up (a reconnect after trouble does not clear it by itself). */
   private destConnected = true;
-  /** The consumer sequence of the last delivery taken (0: none since the cursor was placed). */
+  /** The consumer sequence of the last delivery taken (when the cursor was placed: what the consumer had delivered). */
   private lastConsumerSeq = 0;
   /** Deliveries were lost: the loop drains the pipeline and moves the cursor back before consuming again. */
   private recoverLost = false;
@@ -147,6 +147,8 @@ export class Link {
   private tookOver = false;
   /** The pull window last logged (logged again only when it changes). */
   private pullWindowLogged: number | undefined;
+  /** Aborted when the lease is lost: a wait that only makes sense while this relay owns the link ends. */
+  private ownedTerm = new AbortController();
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
   private handoverReason: string | undefined;
   private gapDetector: GapDetector;
@@ -396,23 +398,25 @@ export class Link {
         }
         await this.refreshDestination();
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
-        // The consumer went away under a running pipeline (deleted, or lost with its stream): what the
-        // pipeline holds is finished first, so the destination's markers say where a new cursor starts.
-        // After lost deliveries the pipeline must be empty for the cursor to move back: no time limit.
-        if (this.pipeline.size > 0) {
-          await this.pipeline.drained(this.recoverLost ? this.abort.signal : AbortSignal.any([this.abort.signal, AbortSignal.timeout(2 * config.publishTimeoutMs)]));
-        }
+        // Whatever the pipeline holds is finished before the cursor is placed, however long that takes
+        // (nothing else can move meanwhile): only an empty pipeline can tell which of the consumer's
+        // ack-pending messages nobody holds any more — deliveries dropped when the pull stopped, lost
+        // on the wire, or taken by an ex-owner's late pull. The server would redeliver those after
+        // their ack wait, behind newer messages; placing the cursor with nothing held moves it back
+        // to the ack floor instead, so they go first (ordered recovery).
+        if (this.pipeline.size > 0 && !(await this.drainWhileOwned())) continue;
+        // The last cumulative ack is at the server before the consumer's ack-pending count is read.
+        await withDeadline(source.flush(), config.publishTimeoutMs, "source flush", this.abort.signal);
         const position = await positionCursor(
           { link: config, jsm: this.jsm, dest: this.deps.dest, logger: this.logger, signal: this.abort.signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
           this.sourceRef(),
-          this.pipeline.size === 0,
+          true,
         );
         this.throttled = false; // readDurable/createDurable set MaxAckPending back to inFlight
-        // A new or moved cursor numbers its deliveries from 1 again.
-        if (position.created || position.repositioned) {
-          this.lastConsumerSeq = 0;
-          this.pipeline.cursorMoved();
-        }
+        if (position.created || position.repositioned) this.pipeline.cursorMoved();
+        // The next delivery must be the one after what the consumer has delivered (1 for a new or
+        // moved cursor): anything later means deliveries went elsewhere, and they go first.
+        this.lastConsumerSeq = position.info.delivered.consumer_seq;
         this.recoverLost = false;
         if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
@@ -488,7 +492,7 @@ export class Link {
     if (this.recoverLost) return true; // stopping: the rest comes again after the cursor moves
     const last = this.lastConsumerSeq;
     this.lastConsumerSeq = d.consumerSequence;
-    if (last !== 0 && d.consumerSequence <= last) {
+    if (d.consumerSequence <= last) {
       // A new consumer leader that had not learnt everything the old one delivered: it delivers those
       // messages again, as first deliveries. The pipeline acks the ones it finished without a publish.
       this.logger.warn(
@@ -496,7 +500,7 @@ export class Link {
         "the source consumer delivers again from an earlier point (its leader changed): messages already relayed are acked, not published again",
       );
     }
-    if (last === 0 || d.consumerSequence <= last + 1) return false;
+    if (d.consumerSequence <= last + 1) return false;
     this.recoverLost = true;
     this.logger.warn(
       { lostFrom: last + 1, lostTo: d.consumerSequence - 1, afterSourceSeq: this.highestSeen, sourceSeq: d.streamSequence },
@@ -583,6 +587,19 @@ export class Link {
     if (this.abort.signal.aborted) return;
     this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link until it owns it again");
     this.messages?.stop();
+    this.ownedTerm.abort();
+  }
+
+  /**
+   * Waits until the pipeline is empty while this relay owns the link; false when the lease was lost or
+   * the link stops first (the loop then waits for the lease, and drops or keeps what it holds).
+   */
+  private async drainWhileOwned(): Promise<boolean> {
+    if (!this.deps.lease.valid()) return false;
+    if (this.ownedTerm.signal.aborted) this.ownedTerm = new AbortController();
+    this.logger.info({ inFlight: this.pipeline.size }, "finishing what the pipeline holds before placing the cursor");
+    await this.pipeline.drained(AbortSignal.any([this.abort.signal, this.ownedTerm.signal]));
+    return this.pipeline.size === 0;
   }
 
   private async dropHeld(why: string): Promise<void> {
@@ -671,6 +688,13 @@ export class Link {
   }
 
   private onMessage(m: JsMsg): void {
+    if (!this.deps.lease.valid()) {
+      // An ex-owner's pull (a process woken from a pause before its lease timer fired): it takes
+      // nothing. The delivery stays ack-pending at the source; the owner sees the gap in the
+      // consumer's sequence and moves the cursor back, so it goes first.
+      this.messages?.stop();
+      return;
+    }
     this.lastDeliveryAt = Date.now();
     if (this.troubles.has("source")) this.clear("source");
     try {
