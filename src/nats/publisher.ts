@@ -160,41 +160,62 @@ export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string,
 }
 
 const STREAM_FIELD = Buffer.from('{"stream":"');
-const SEQ_FIELD = Buffer.from('","seq":');
-const DUPLICATE_TAIL = Buffer.from(',"duplicate":true}');
+const SEQ_FIELD = Buffer.from('"seq":');
+const DUPLICATE_FIELD = Buffer.from(',"duplicate":');
+const TRUE_TAIL = Buffer.from("true}");
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const SPACE = 0x20;
+const ZERO = 0x30;
 const CLOSE = 0x7d;
 
 /**
  * The PubAck of a stored message as nats-server writes it, read without JSON.parse (one per message on
- * the hot path): exactly `{"stream":"<name>","seq":<digits>}`, optionally with `,"duplicate":true`
- * before the brace. Anything else (an error, a domain, an escape in the name, a field a newer server
- * adds, a duplicate with seq 0) returns undefined and goes through JSON.parse.
+ * the hot path). nats-server 2.9.10 writes (bytes captured from a real server, test/fixtures/puback/):
+ *
+ *   {"stream":"<name>", "seq":<digits>}
+ *   {"stream":"<name>", "seq":<digits>,"duplicate": true}
+ *
+ * Accepted: exactly these, each of the two spaces optional (the no-space forms). The result is what
+ * JSON.parse would give (stream, seq, duplicate). Anything else returns undefined and goes through
+ * JSON.parse: an error, a `domain` (a server in a JetStream domain writes one), a field a newer server
+ * adds (`val`), an escape or a control character in the name, a seq with a leading zero or above
+ * Number.MAX_SAFE_INTEGER, a duplicate with seq 0, other whitespace.
  */
 export function readPlainPubAck(data: Uint8Array, knownStream?: string): PubAck | undefined {
   if (!startsWith(data, STREAM_FIELD, 0)) return undefined;
   let i = STREAM_FIELD.length;
   const nameStart = i;
   while (i < data.length && data[i] !== QUOTE) {
-    if (data[i] === BACKSLASH) return undefined;
+    // An escape, or a control character JSON.parse would refuse.
+    if (data[i] === BACKSLASH || data[i]! < SPACE) return undefined;
     i++;
   }
   const nameEnd = i;
-  if (nameEnd === nameStart || !startsWith(data, SEQ_FIELD, nameEnd)) return undefined;
-  i = nameEnd + SEQ_FIELD.length;
-  let seq = 0;
+  if (nameEnd === nameStart || data[nameEnd + 1] !== COMMA) return undefined;
+  i = nameEnd + 2;
+  if (data[i] === SPACE) i++;
+  if (!startsWith(data, SEQ_FIELD, i)) return undefined;
+  i += SEQ_FIELD.length;
   const digitsStart = i;
+  if (data[i] === ZERO) return undefined; // seq 0 (not stored) or a leading zero (not JSON)
+  let seq = 0;
   for (; i < data.length; i++) {
     const c = data[i]! - 48;
     if (c < 0 || c > 9) break;
     seq = seq * 10 + c;
   }
-  if (i === digitsStart || i - digitsStart > 15 || seq === 0) return undefined;
+  // Up to 16 digits: past Number.MAX_SAFE_INTEGER the sum may round (JSON.parse's number would too).
+  if (i === digitsStart || i - digitsStart > 16 || seq > Number.MAX_SAFE_INTEGER) return undefined;
   let duplicate: boolean;
   if (i === data.length - 1 && data[i] === CLOSE) duplicate = false;
-  else if (i + DUPLICATE_TAIL.length === data.length && startsWith(data, DUPLICATE_TAIL, i)) duplicate = true;
-  else return undefined;
+  else if (startsWith(data, DUPLICATE_FIELD, i)) {
+    i += DUPLICATE_FIELD.length;
+    if (data[i] === SPACE) i++;
+    if (i + TRUE_TAIL.length !== data.length || !startsWith(data, TRUE_TAIL, i)) return undefined;
+    duplicate = true;
+  } else return undefined;
   const stream =
     knownStream !== undefined && sameAscii(data, nameStart, nameEnd, knownStream)
       ? knownStream
