@@ -209,7 +209,10 @@ export class GroupMembership {
     const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.
-    // Both times come from the one server that stores the bucket: no clocks of two machines compared.
+    // No relay's clock is involved, but with an R3 bucket the times need not come from one server: each
+    // write is stamped by the stream leader of the moment (its replicas keep that stamp), so when the
+    // leader changed between the two writes, the age compares two servers' clocks and is off by their
+    // skew. With an R1 bucket (or one leader throughout) it is one server's clock.
     const ownStored = entries.find((e) => e.key === this.key)?.created.getTime();
     // Every process has a key of its own: the delete markers of members long gone are removed, or the
     // listing (and a read per key) would grow with every restart the group ever had.
