@@ -22,6 +22,8 @@ export interface Entry {
    * latest delivery's subject acks every earlier one: a message redelivered many times costs nothing more.
    */
   reply: string;
+  /** The consumer (delivery) sequence of that latest delivery. */
+  dseq: number;
   /** When an in-progress ack (`+WPI`) was last sent for it (monotonic ms; 0: never). */
   workingSentAt: number;
   readonly identity: MessageIdentity;
@@ -134,6 +136,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
   return {
     seq: msg.streamSequence,
     reply: msg.reply,
+    dseq: msg.consumerSequence,
     workingSentAt: 0,
     identity,
     subject: transformSubject(msg.subject, ctx.link),

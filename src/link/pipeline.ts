@@ -266,6 +266,7 @@ export class Pipeline {
     const known = this.bySeq.get(seq);
     if (known) {
       known.reply = msg.reply; // a redelivery while we still hold it: its ack subject acks both
+      known.dseq = msg.consumerSequence;
       return;
     }
     if (snapshot === undefined && this.redeliveredAfterDone(msg)) return;
@@ -278,7 +279,7 @@ export class Pipeline {
     if (!decision.forward) {
       if (this.debugOn) this.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       if (!this.deps.owns()) return; // fenced: the next owner acks it
-      this.ackSource(seq, msg.reply);
+      this.ackSource(seq, msg.reply, msg.consumerSequence);
       // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted
       // again — whatever its delivery count says (a source server restarted from disk can have lost the
       // acks and deliver them again as first deliveries). The consumer delivers in stream order.
@@ -289,7 +290,10 @@ export class Pipeline {
       return;
     }
     const entry = newEntry(msg, result.identity, this.entryContext);
-    if (snapshot !== undefined) entry.headers.append(RelayHeaders.Snapshot, snapshot);
+    if (snapshot !== undefined) {
+      entry.headers.append(RelayHeaders.Snapshot, snapshot);
+      entry.dseq = Number.MAX_SAFE_INTEGER; // a resync pass's own numbering: it holds back no ack of the durable's
+    }
     this.append(entry);
     if (this.deps.guard.kind === "none") entry.state = "ready";
     else if (this.screen(entry)) this.claimQueue.push(entry);
@@ -305,7 +309,7 @@ export class Pipeline {
   private redeliveredAfterDone(msg: Delivery): boolean {
     const destSeq = this.ledger.finishedAt(msg.streamSequence);
     if (destSeq === undefined || !this.deps.owns()) return false;
-    this.ackSource(msg.streamSequence, msg.reply);
+    this.ackSource(msg.streamSequence, msg.reply, msg.consumerSequence);
     if (destSeq > 0) {
       this.count("duplicate");
       this.correct("broker_duplicate");
@@ -883,7 +887,7 @@ export class Pipeline {
       this.scheduleAt(Date.now() + 100);
       return;
     }
-    this.ackSource(entry.seq, entry.reply);
+    this.ackSource(entry.seq, entry.reply, entry.dseq);
     this.ledger.done(entry.seq, entry.destSeq);
     const { entity, version } = entry.identity;
     if (entity !== undefined && entry.token !== undefined && this.uncommittedVersions.get(entity) === version) {
@@ -897,12 +901,12 @@ export class Pipeline {
   }
 
   /** A finished message's ack: sent now (`each`), or left for the next flush to cover (`cumulative`). */
-  private ackSource(seq: number, reply: string): void {
+  private ackSource(seq: number, reply: string, dseq = 0): void {
     if (!this.cumulative) {
       if (this.deps.acks.ack(reply)) this.deps.metrics.sourceAcks.inc(this.label);
       return;
     }
-    this.cumulative.done(seq, reply);
+    this.cumulative.done(seq, reply, dseq);
     this.schedule();
   }
 
@@ -911,8 +915,12 @@ export class Pipeline {
     const acks = this.cumulative;
     if (!acks || acks.waiting === 0 || !this.deps.owns()) return;
     let lowest: number | undefined;
-    for (const seq of this.bySeq.keys()) if (lowest === undefined || seq < lowest) lowest = seq;
-    const reply = acks.flush(lowest);
+    let lowestDseq: number | undefined;
+    for (const e of this.bySeq.values()) {
+      if (lowest === undefined || e.seq < lowest) lowest = e.seq;
+      if (lowestDseq === undefined || e.dseq < lowestDseq) lowestDseq = e.dseq;
+    }
+    const reply = acks.flush(lowest, lowestDseq);
     if (reply !== undefined && this.deps.acks.ack(reply)) this.deps.metrics.sourceAcks.inc(this.label);
   }
 

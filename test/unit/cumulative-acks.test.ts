@@ -50,3 +50,28 @@ test("CumulativeAcks: a long run acked in steps (the consumed part dropped on th
   assert.equal(acks.flush(undefined), "r5000");
   assert.equal(acks.waiting, 0);
 });
+
+test("CumulativeAcks: a redelivery's ack subject (high delivery sequence, old message) is not sent while messages delivered before it are held", () => {
+  // After a source failover the new consumer leader redelivers message 5 (finished long ago) as
+  // delivery 120; messages 10-12 were delivered before it (deliveries 101-103) and are still held.
+  // AckAll takes an ack only above the highest delivery sequence it took: sending delivery 120's
+  // subject now would make the server ignore the acks of 10-12 until their ack wait.
+  const acks = new CumulativeAcks();
+  acks.done(5, "r5-redelivered", 120);
+  assert.equal(acks.flush(10, 101), undefined, "held back: messages delivered before it are still held");
+  acks.done(10, "r10", 101);
+  acks.done(11, "r11", 102);
+  assert.equal(acks.flush(12, 103), "r11", "the ack of 11 covers 5 too, below the held delivery 103");
+  acks.done(12, "r12", 103);
+  assert.equal(acks.flush(undefined, undefined), "r12");
+  // Nothing held: a redelivery's own subject is the ack (nothing delivered before it is waiting).
+  acks.done(3, "r3-redelivered", 130);
+  assert.equal(acks.flush(undefined, undefined), "r3-redelivered");
+  // Passed over, not lost: the highest subject below a redelivery's is sent, the next flush covers it.
+  acks.done(20, "r20", 140);
+  acks.done(21, "r21-redelivered", 160);
+  assert.equal(acks.flush(23, 150), "r20", "21's subject (delivery 160) would stall delivery 150");
+  acks.done(22, "r22", 151);
+  assert.equal(acks.flush(undefined, undefined), "r22", "covers 21 too");
+  assert.equal(acks.waiting, 0);
+});
