@@ -352,6 +352,7 @@ export class Link {
     if (this.guardWatch.lost) await this.dropHeld("the guard lost its state: handed over as it is");
     this.handoverReason = undefined;
     if (!this.deps.lease.valid()) return; // lost meanwhile: nothing to hand over
+    await this.acksSent();
     await this.deps.lease.release("handed-over");
     this.logger.info({ reason }, "link handed over: everything this relay held is acked and the lease released");
     this.deps.lease.start();
@@ -371,6 +372,7 @@ export class Link {
     this.publisher.close();
     await this.deps.guard.stop();
     // Last: everything this relay held is acked or left for the next owner, which may start at once.
+    await this.acksSent();
     await this.deps.lease.stop();
     this.state.set("stopped", "relay stopping");
     this.resolveClosed();
@@ -588,6 +590,19 @@ export class Link {
     this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link until it owns it again");
     this.messages?.stop();
     this.ownedTerm.abort();
+  }
+
+  /**
+   * Before the lease goes: the acks this relay sent (the last cumulative one is sent as the pipeline
+   * empties) have left the client and reached the source server (a PING answered after them). The next
+   * owner may delete and re-create the durable under the same name; an ack of ours arriving after that
+   * would move the new consumer's floor to our delivery sequence and freeze it. Bounded by the publish
+   * timeout: a source that does not answer gets no ack from us either.
+   */
+  private async acksSent(): Promise<void> {
+    await withDeadline(this.deps.source.flush(), this.deps.config.publishTimeoutMs, "source flush").catch((err: unknown) =>
+      this.logger.warn({ err: toRelayError(err).message }, "could not confirm the last acks reached the source before releasing the lease"),
+    );
   }
 
   /**
@@ -914,6 +929,7 @@ export class Link {
   private async releaseAfterFailure(): Promise<void> {
     const until = Date.now() + 2 * this.deps.config.publishTimeoutMs;
     while (this.pipeline.unsettled > 0 && Date.now() < until) await sleep(50);
+    await this.acksSent();
     await this.deps.lease.stop();
   }
 }
