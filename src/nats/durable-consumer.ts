@@ -30,9 +30,10 @@ export function ackPolicyOf(link: LinkConfig): AckPolicy {
 }
 
 /**
- * Reads the link's durable pull consumer and brings it to the link's settings; undefined when it does
- * not exist (the caller decides where a new one starts). Safe to call on every start. A filter change on
- * an existing consumer is refused (it would move the cursor): the error says how to proceed.
+ * Reads the link's durable pull consumer and brings it to the link's settings (ack wait, max ack
+ * pending, max deliver, no inactive threshold); undefined when it does not exist (the caller decides
+ * where a new one starts). Safe to call on every start. A filter change on an existing consumer is
+ * refused (it would move the cursor): the error says how to proceed.
  */
 export async function readDurable(jsm: JetStreamManager, link: LinkConfig): Promise<ConsumerInfo | undefined> {
   const want = durableConfig(link);
@@ -52,12 +53,17 @@ export async function readDurable(jsm: JetStreamManager, link: LinkConfig): Prom
         `link ${link.name}: durable ${link.durableName} on stream ${stream} filters "${have.filter_subject ?? ""}" but the link says "${want.filter_subject ?? ""}"; delete the consumer or choose another durable name`,
       );
     }
-    if (have.ack_wait !== want.ack_wait || have.max_ack_pending !== want.max_ack_pending || have.max_deliver !== -1) {
+    // An inactive_threshold someone else set would let the server delete the cursor while the link is
+    // idle (or its relay down): 0 clears it (nats-server 2.9.10 accepts that in an update and stops the
+    // delete timer; test/integration/durable-consumer.test.ts).
+    const inactive = (have.inactive_threshold ?? 0) > 0;
+    if (have.ack_wait !== want.ack_wait || have.max_ack_pending !== want.max_ack_pending || have.max_deliver !== -1 || inactive) {
       const updated = await jsm.consumers.update(stream, link.durableName, {
         ack_wait: want.ack_wait,
         max_ack_pending: want.max_ack_pending,
         max_deliver: -1,
         description: want.description,
+        ...(inactive ? { inactive_threshold: 0 } : {}),
       });
       return updated;
     }
