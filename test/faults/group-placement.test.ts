@@ -99,7 +99,12 @@ test("3 relays, 6 links: each link owned once, 2/2/2; a 4th joins and takes its 
   const after = members.map((m) => m.relay.status().links.filter((l) => l.ownership?.self).map((l) => l.name));
   const moved = before.flatMap((owned, i) => owned.filter((name) => !(after[i] ?? []).includes(name)));
   assert.equal(moved.length, 1, `only the newcomer's share (one link) moved (before ${JSON.stringify(before)}, after ${JSON.stringify(after)})`);
-  assert.equal(fourth.relay.status().group?.members.length, 4, "the newcomer sees 4 members");
+  // The newcomer's view of the group is polled, not read once: the placement above was already right
+  // (2/2/1/1, one link moved, decided by the members that handed over), and on a loaded 2-core machine
+  // its membership view can still be catching up with a member whose renewal it has not seen yet.
+  await check(() => fourth.relay.status().group?.members.length === 4, { name: "the newcomer sees 4 members", timeoutMs: 10_000 }).catch((err: unknown) => {
+    throw new Error(`${String(err)}; it sees ${JSON.stringify(fourth.relay.status().group?.members.map((m) => m.id))}`, { cause: err });
+  });
 
   await sending;
   for (const p of pairs) await waitForCount(ncb, p.dst, PER_LINK, 60_000, `${p.name} complete`);
