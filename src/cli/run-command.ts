@@ -3,7 +3,7 @@ import { ConfigReloader, readConfigFile } from "../config/reloader.js";
 import type { RelayConfig } from "../config/types.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
-import { createLogger } from "../observability/logger.js";
+import { createLogger, LogSecrets } from "../observability/logger.js";
 import { Relay } from "../relay.js";
 import type { CommandSpec } from "./args.js";
 import { parseCommandArgs, parseHttpFlag, requireString, helpText } from "./args.js";
@@ -37,7 +37,9 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   const configPath = requireString(runSpec, values, "config");
   const region = requireString(runSpec, values, "region");
   const { config, digest } = await readConfigFile(configPath);
-  const logger = createLogger({ level: config.log.level, secrets: secretsOf(config) });
+  // The values scrubbed from every log line: the config's secrets, and those a reload brings.
+  const secrets = new LogSecrets(secretsOf(config));
+  const logger = createLogger({ level: config.log.level, secrets });
   const relay = new Relay(config, region, { logger });
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
@@ -66,6 +68,7 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
     path: configPath,
     target: relay,
     logger: logger.child({ region, component: "relay" }),
+    onLoaded: (next) => secrets.add(secretsOf(next)),
     onApplied: (next) => {
       const graceChanged = next.shutdownGraceMs !== current.shutdownGraceMs;
       current = next;

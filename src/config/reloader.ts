@@ -20,6 +20,11 @@ export interface ReloaderOptions {
   readonly target: Reloadable;
   readonly logger: Logger;
   readonly env?: Env;
+  /**
+   * A valid config was read, before it is applied (and whether or not applying it succeeds): e.g. its
+   * secrets join the logger's redaction list before anything uses them.
+   */
+  readonly onLoaded?: (config: RelayConfig) => void;
   /** After a successful reload, with the new config: applies what lives outside the relay. */
   readonly onApplied?: (config: RelayConfig) => void;
   readonly debounceMs?: number;
@@ -118,6 +123,7 @@ export class ConfigReloader {
       target.reloadFailed(err, trigger);
       return;
     }
+    this.opts.onLoaded?.(config);
     try {
       await target.reload(config, trigger);
     } catch (err) {
