@@ -425,7 +425,8 @@ export class Link {
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream has no cursor to compare yet.)
         if (!position.created || position.startSeq !== undefined) this.inspect(await this.probe.read());
-        if (this.pendingResync) await this.resync(this.pendingResync);
+        // A resync the lease's loss cut short moved nothing: back to waiting for the lease.
+        if (this.pendingResync && !(await this.resync(this.pendingResync))) continue;
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (this.abort.signal.aborted) return;
@@ -600,9 +601,15 @@ export class Link {
    * timeout: a source that does not answer gets no ack from us either.
    */
   private async acksSent(): Promise<void> {
-    await withDeadline(this.deps.source.flush(), this.deps.config.publishTimeoutMs, "source flush").catch((err: unknown) =>
-      this.logger.warn({ err: toRelayError(err).message }, "could not confirm the last acks reached the source before releasing the lease"),
-    );
+    // Also the publishes sent: the lease has its own connection, so its release must not overtake them.
+    await Promise.all([
+      withDeadline(this.deps.source.flush(), this.deps.config.publishTimeoutMs, "source flush").catch((err: unknown) =>
+        this.logger.warn({ err: toRelayError(err).message }, "could not confirm the last acks reached the source before releasing the lease"),
+      ),
+      withDeadline(this.deps.dest.flush(), this.deps.config.publishTimeoutMs, "destination flush").catch((err: unknown) =>
+        this.logger.warn({ err: toRelayError(err).message }, "could not confirm the last publishes reached the destination before releasing the lease"),
+      ),
+    ]);
   }
 
   /**
@@ -610,11 +617,21 @@ export class Link {
    * the link stops first (the loop then waits for the lease, and drops or keeps what it holds).
    */
   private async drainWhileOwned(): Promise<boolean> {
-    if (!this.deps.lease.valid()) return false;
-    if (this.ownedTerm.signal.aborted) this.ownedTerm = new AbortController();
+    const owned = this.whileOwned();
+    if (!owned) return false;
     this.logger.info({ inFlight: this.pipeline.size }, "finishing what the pipeline holds before placing the cursor");
-    await this.pipeline.drained(AbortSignal.any([this.abort.signal, this.ownedTerm.signal]));
+    await this.pipeline.drained(owned);
     return this.pipeline.size === 0;
+  }
+
+  /**
+   * A signal that aborts when the link stops or this relay's lease is lost (undefined: not owned now).
+   * A wait for the pipeline to empty must end with the lease: without it nothing publishes.
+   */
+  private whileOwned(): AbortSignal | undefined {
+    if (!this.deps.lease.valid()) return undefined;
+    if (this.ownedTerm.signal.aborted) this.ownedTerm = new AbortController();
+    return AbortSignal.any([this.abort.signal, this.ownedTerm.signal]);
   }
 
   private async dropHeld(why: string): Promise<void> {
@@ -876,14 +893,25 @@ export class Link {
     this.messages?.stop(); // the consume loop runs the resync before it consumes again
   }
 
-  private async resync(reason: LinkResyncReason): Promise<void> {
+  /**
+   * Runs a resync while this relay owns the link; false when the lease was lost before or during it.
+   * Then nothing of it stays: the snapshot messages it held are dropped (they were never acked
+   * anywhere), the durable is not moved, and whoever owns the link next inspects the cursor afresh
+   * (a resync still needed is requested again, with a new snapshot point).
+   */
+  private async resync(reason: LinkResyncReason): Promise<boolean> {
     const jsm = this.jsm;
-    if (!jsm) return;
+    const owned = this.whileOwned();
+    if (!jsm || !owned) {
+      this.pendingResync = undefined;
+      return !!jsm;
+    }
     this.resyncing = true;
     this.refreshState();
     this.deps.metrics.resyncs.inc({ link: this.name, reason });
     try {
-      await this.pipeline.drained(this.abort.signal);
+      await this.pipeline.drained(owned);
+      if (owned.aborted) return this.resyncCut(reason, "before it started");
       const domain = this.deps.sourceRegion.domain;
       const resyncLog = new ResyncLog(this.logger, this.deps.progressIntervalMs ?? 10_000);
       const result = await runResync(
@@ -893,8 +921,8 @@ export class Link {
           jsm,
           ...(domain ? { domain } : {}),
           push: (m, id) => this.pipeline.push(m, id),
-          drained: () => this.pipeline.drained(this.abort.signal),
-          signal: this.abort.signal,
+          drained: () => this.pipeline.drained(owned),
+          signal: owned,
           progress: (id, sent, remaining) => resyncLog.observe(id, sent, remaining),
         },
         // (runResync only names the resync after it.)
@@ -905,11 +933,23 @@ export class Link {
       this.lastResync = { ...result, reason, at: new Date().toISOString() };
       this.logger.info({ resyncId: result.id, messages: result.messages, snapshotSeq: result.snapshotSeq, reason }, "resync done: continuing live");
       if (reason === "guard_state_lost") await this.guardWatch.resynced();
+      return true;
+    } catch (err) {
+      if (!owned.aborted) throw err;
+      return this.resyncCut(reason, "midway");
     } finally {
       this.pendingResync = undefined;
       this.resyncing = false;
       this.refreshState();
     }
+  }
+
+  private async resyncCut(reason: LinkResyncReason, when: string): Promise<false> {
+    if (this.abort.signal.aborted) return false;
+    this.deps.metrics.resyncsAbandoned.inc({ link: this.name, reason });
+    this.logger.warn({ reason, held: this.pipeline.size }, `resync abandoned ${when}: the link lease was lost (the next owner inspects the cursor again)`);
+    await this.dropHeld("a resync cut short by the lease's loss: its snapshot messages are not published late");
+    return false;
   }
 
   private fail(err: RelayError): void {

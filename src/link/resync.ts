@@ -51,6 +51,8 @@ export async function runResync(deps: ResyncDeps, reason: ResyncReason): Promise
   let remaining = info.num_pending;
   if (remaining > 0) {
     const iter = await consumer.consume({ max_messages: link.batchSize });
+    const stop = (): void => iter.stop();
+    deps.signal.addEventListener("abort", stop, { once: true });
     try {
       for await (const m of iter) {
         if (deps.signal.aborted) break;
@@ -63,10 +65,13 @@ export async function runResync(deps: ResyncDeps, reason: ResyncReason): Promise
         if (remaining === 0) break;
       }
     } finally {
+      deps.signal.removeEventListener("abort", stop);
       await iter.close();
     }
   }
   await deps.drained();
+  // Cut short (the lease lost, or the link stopping): the durable stays where it was.
+  if (deps.signal.aborted) throw new Error(`resync ${id} abandoned before moving the cursor`);
   // The durable's cursor moves past the snapshot: the old deltas are not replayed.
   await jsm.consumers.delete(stream, link.durableName).catch(() => false);
   await jsm.consumers.add(stream, {

@@ -136,6 +136,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "reason"] as const,
       registers,
     }),
+    resyncsAbandoned: new Counter({
+      name: "relay_resyncs_abandoned_total",
+      help: "Resyncs cut short because the link lease was lost: nothing of them was published late, and the cursor was not moved",
+      labelNames: ["link", "reason"] as const,
+      registers,
+    }),
     errors: new Counter({
       name: "relay_errors_total",
       help: "Errors by stable code (see README: Error codes)",

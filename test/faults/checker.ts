@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { appendFile } from "node:fs/promises";
 import type { NatsConnection } from "@nats-io/nats-core";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { StoredMessage } from "../helpers/streams.js";
 import { readStream, streamCount } from "../helpers/streams.js";
 import type { LivenessReport } from "../helpers/liveness.js";
@@ -187,8 +188,19 @@ export async function checkDelivery(opts: {
 async function readWhole(nc: NatsConnection, stream: string): Promise<StoredMessage[]> {
   const before = await streamCount(nc, stream);
   const messages = await readStream(nc, stream, 300_000);
-  if (messages.length < before)
-    throw new Error(`reading ${stream} ended after ${messages.length} of its ${before} messages`);
+  if (messages.length < before) {
+    const state = (await (await jetstreamManager(nc)).streams.info(stream).catch(() => undefined))?.state;
+    const gaps: string[] = [];
+    for (let i = 1; i < messages.length && gaps.length < 5; i++) {
+      const prev = messages[i - 1] as StoredMessage;
+      const cur = messages[i] as StoredMessage;
+      if (cur.seq !== prev.seq + 1) gaps.push(`${prev.seq}->${cur.seq}`);
+    }
+    throw new Error(
+      `reading ${stream} ended after ${messages.length} of its ${before} messages (last read seq ${messages.at(-1)?.seq ?? "none"}, ` +
+        `sequence gaps ${gaps.join(" ") || "none"}; stream now first ${state?.first_seq} last ${state?.last_seq} messages ${state?.messages} deleted ${state?.num_deleted ?? 0})`,
+    );
+  }
   return messages;
 }
 
