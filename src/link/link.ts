@@ -793,6 +793,9 @@ export class Link {
           this.watchPull(reading);
           // Connected again with nothing left to publish: no PubAck will come to say so.
           if (this.troubles.has("dest") && this.destConnected && this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
+          // A refusal is about a message held; with none held (published since, or dropped for another
+          // owner), nothing is refused now.
+          if (this.troubles.has("refused") && this.pipeline.size === 0) this.clear("refused");
           if (!this.resyncing) this.inspect(reading);
           this.refreshState();
           this.catchUpLog.observe(this.state.state, reading);
