@@ -52,7 +52,8 @@ const MAX_SCAN = 200_000;
 export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsNothing: boolean): Promise<CursorPosition> {
   const { link, jsm, logger } = deps;
   const existing = await readDurable(jsm, link);
-  const markers = { stream: link.to.stream, source, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
+  // Markers naming another link are not this one's (two links from one source may write the same subjects).
+  const markers = { stream: link.to.stream, source: { ...source, link: link.name }, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
     const last = await lastStored(deps.dest, { ...markers, maxScan: MAX_SCAN });
     const startSeq = last.sourceSeq === undefined ? undefined : last.sourceSeq + 1;

@@ -79,7 +79,7 @@ export class Destination {
     const stream = this.link.to.stream;
     return {
       findStored: (fromDestSeq, wanted) =>
-        findStoredSourceSeqs(this.nc, { stream, source: this.source(), fromDestSeq, wanted, ...(this.domain ? { domain: this.domain } : {}) }),
+        findStoredSourceSeqs(this.nc, { stream, source: { ...this.source(), link: this.link.name }, fromDestSeq, wanted, ...(this.domain ? { domain: this.domain } : {}) }),
       storedAt: async (seq) => {
         const m = await (await this.manager()).streams.getMessage(stream, { seq });
         if (!m) return undefined;

@@ -75,6 +75,8 @@ export interface EntryContext {
   readonly time: NanosFormatter;
   /** `Relay-Source: <region> <stream> `: the sequence follows. */
   readonly sourcePrefix: string;
+  /** `Relay-Link: <link>`: whose marker it is. */
+  readonly linkLine: string;
   /** The origin and path lines of a message first published in the source region (the common case). */
   readonly firstHopLines: string;
   /** `Nats-Expected-Stream: <stream>` with `to.expectStream`, else empty. */
@@ -88,6 +90,7 @@ export function entryContext(link: LinkConfig): EntryContext {
     strip: stripSet(link),
     time: new NanosFormatter(),
     sourcePrefix: `${RelayHeaders.Source}: ${region} ${link.from.stream} `,
+    linkLine: `${RelayHeaders.Link}: ${link.name}\r\n`,
     firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
     expectLine: link.to.expectStream ? `${EXPECTED_STREAM}: ${link.to.stream}\r\n` : "",
   };
@@ -95,7 +98,7 @@ export function entryContext(link: LinkConfig): EntryContext {
 
 /**
  * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
- * identity, origin, path and source position (README "Headers on relayed messages"). The lines are
+ * identity, origin, path, source position and link (README "Headers on relayed messages"). The lines are
  * built as one string: every value is either the link's own (validated config, digits) or was a header
  * value at the source, which the server parsed line by line, so none can hold a CR or LF.
  */
@@ -119,7 +122,7 @@ export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: Entr
     ? ctx.firstHopLines
     : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
   return new HeaderBlock(
-    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n${ctx.expectLine}`,
+    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n${ctx.linkLine}${ctx.expectLine}`,
   );
 }
 
@@ -182,7 +185,7 @@ export function toDeadLetter(entry: Entry, subject: string, linkName: string, re
 export function toOversizedDeadLetter(entry: Entry, subject: string, linkName: string, reason: string): void {
   const digest = createHash("sha256").update(entry.data).digest("hex");
   const size = entry.data.length;
-  const keep = [RelayHeaders.MsgId, RelayHeaders.Origin, RelayHeaders.Path, RelayHeaders.Source, RelayHeaders.SourceTime];
+  const keep = [RelayHeaders.MsgId, RelayHeaders.Origin, RelayHeaders.Path, RelayHeaders.Source, RelayHeaders.SourceTime, RelayHeaders.Link];
   const record = new HeaderBlock();
   for (const key of keep) {
     const value = entry.headers.get(key);

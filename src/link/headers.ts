@@ -12,6 +12,11 @@ export const RelayHeaders = {
   Source: "Relay-Source",
   /** Publish time of the immediate source message, RFC 3339 with nanoseconds. */
   SourceTime: "Relay-Source-Time",
+  /**
+   * The link (or partition, `<link>/p<i>`) that relayed the message: whose progress its Relay-Source
+   * marker is, when two links from one source write overlapping subjects into one destination.
+   */
+  Link: "Relay-Link",
   /** Set on messages sent by a full resync: the resync's id. */
   Snapshot: "Relay-Snapshot",
   /** On dead-lettered messages: why, and which link. */
@@ -61,6 +66,7 @@ export const REWRITTEN_HEADERS: readonly string[] = [
   RelayHeaders.Path,
   RelayHeaders.Source,
   RelayHeaders.SourceTime,
+  RelayHeaders.Link,
 ];
 
 /**

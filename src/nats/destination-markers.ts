@@ -22,6 +22,13 @@ export interface SourceRef {
    * reading the same source stream, whose progress says nothing about this one's.
    */
   readonly subjects?: readonly string[];
+  /**
+   * The link (or partition) whose markers these are: a marker whose Relay-Link names another link is
+   * never this one's, whatever its subject (two links from one source may write overlapping subjects).
+   * A marker without Relay-Link (stored by a relay from before the header) counts by source and
+   * subjects as above; within one chunk, markers naming the link win over such unnamed ones.
+   */
+  readonly link?: string;
 }
 
 /** Where to look: the destination stream, in `domain` when the region has one. */
@@ -84,14 +91,17 @@ export async function lastStoredSourceSeq(
   for (let end = last; messages > 0 && end >= first; size = Math.min(size * 2, MAX_CHUNK)) {
     if (scanned >= maxScan) return { sourceSeq: undefined, destSeq: undefined, scanned, complete: false };
     const start = Math.max(first, end - Math.min(size, maxScan - scanned) + 1);
-    let best: { sourceSeq: number; destSeq: number } | undefined;
+    // The highest, not the last read: a rare reorder within the link must not hide its newest marker.
+    // Markers naming the link and unnamed ones apart: an unnamed one may be another link's (older relays).
+    const best: { sourceSeq: number; destSeq: number }[] = [];
     scanned += await readRange(r, start, end, (m) => {
-      const seq = markerSeq(m, opts.source);
-      // The highest, not the last read: a rare reorder within the link must not hide its newest marker.
-      if (seq !== undefined && (!best || seq > best.sourceSeq)) best = { sourceSeq: seq, destSeq: m.seq };
+      const found = marker(m, opts.source);
+      const kind = found?.named ? 0 : 1;
+      if (found && (!best[kind] || found.seq > best[kind].sourceSeq)) best[kind] = { sourceSeq: found.seq, destSeq: m.seq };
       return false;
     });
-    if (best) return { ...best, scanned, complete: true };
+    const answer = best[0] ?? best[1];
+    if (answer) return { ...answer, scanned, complete: true };
     end = start - 1;
   }
   return { sourceSeq: undefined, destSeq: undefined, scanned, complete: true };
@@ -151,15 +161,26 @@ function unlessAborted<T>(p: Promise<T>, signal: AbortSignal | undefined, where:
 
 /** The source seq of `m`'s marker when it names `source` (and its current incarnation). */
 function markerSeq(m: JsMsg, source: SourceRef): number | undefined {
+  return marker(m, source)?.seq;
+}
+
+/**
+ * `m`'s marker when it is `source`'s: its seq, and whether its Relay-Link names `source.link` (false:
+ * it names no link, and counts by source and subjects alone).
+ */
+function marker(m: JsMsg, source: SourceRef): { seq: number; named: boolean } | undefined {
   const h = m.headers;
   const marker = h ? parseSourceMarker(h.get(RelayHeaders.Source)) : undefined;
   if (!h || !marker || marker.region !== source.region || marker.stream !== source.stream) return undefined;
+  const link = source.link === undefined ? "" : h.get(RelayHeaders.Link);
+  if (link !== "" && link !== source.link) return undefined; // another link's progress
   if (source.subjects && !source.subjects.some((p) => patternMatches(m.subject, p))) return undefined;
-  if (source.createdMs === undefined) return marker.seq;
+  const found = { seq: marker.seq, named: link !== "" };
+  if (source.createdMs === undefined) return found;
   // Without a readable time the incarnation cannot be told: ignoring a marker costs a resend (absorbed by
   // dedup), trusting a stale one would skip messages.
   const nanos = parseNanos(h.get(RelayHeaders.SourceTime));
-  return nanos !== undefined && Number(nanos / 1_000n) / 1_000 >= source.createdMs ? marker.seq : undefined;
+  return nanos !== undefined && Number(nanos / 1_000n) / 1_000 >= source.createdMs ? found : undefined;
 }
 
 /**

@@ -443,7 +443,8 @@ export function checkSubjectsBound(
  *   copy that arrives after the duplicate window is stored twice.
  * - from the same source, disjoint source subjects, but transformed subjects that intersect:
  *   warning. No message is relayed twice, but different source subjects are merged into the same
- *   destination subjects.
+ *   destination subjects. (Each link still finds its own progress there: every relayed message names
+ *   its link in Relay-Link, and a cursor is placed from the markers naming it.)
  * - from different sources (A→C and B→C, an active-active mesh): ok. Ids and Relay-Origin differ.
  */
 export function checkOverlaps(

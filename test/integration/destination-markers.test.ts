@@ -28,7 +28,7 @@ const A: SourceRef = { region: "a", stream: "ORDERS" };
 const T0 = Date.parse("2026-11-30T00:00:00Z");
 
 /** What one test message carries: a marker (source, seq, publish time in ms) or nothing. */
-type Marker = { region: string; stream: string; seq: number; timeMs?: number } | undefined;
+type Marker = { region: string; stream: string; seq: number; timeMs?: number; link?: string } | undefined;
 
 /**
  * A fresh stream holding one message per marker, in order; resolves with the dest seq of each. Published
@@ -50,6 +50,7 @@ async function streamWith(markers: readonly Marker[]): Promise<{ stream: string;
             "Relay-Source-Time",
             formatNanos(BigInt(Math.round((mk.timeMs ?? T0 + mk.seq) * 1_000)) * 1_000n),
           );
+          if (mk.link) h.set("Relay-Link", mk.link);
         }
         return js.publish(`${stream}.${(i + j) % 4}`, "x", { headers: h });
       }),
@@ -333,4 +334,31 @@ test("a server that stops answering: the signal ends the call", async (t) => {
     name: "TimeoutError",
   });
   assert.ok(Date.now() - started < 3_000, `rejected after ${Date.now() - started} ms`);
+});
+
+test("Relay-Link: a marker naming another link is never this link's; unnamed ones (older relays) count by source, and lose to named ones within a chunk", async () => {
+  const mine: SourceRef = { ...A, link: "x-link" };
+  const named = (seq: number, link: string): Marker => ({ ...A, seq, link });
+  // Older relays first (no Relay-Link: x's 1..10 and y's 11..20), then both links named: x up to 25, y up to 40.
+  const markers: Marker[] = [
+    ...range(10, (i) => of(A, i + 1)),
+    ...range(10, (i) => of(A, i + 11)),
+    ...range(5, (i) => named(i + 21, "x-link")),
+    ...range(15, (i) => named(i + 26, "y-link")),
+  ];
+  const { stream, seqs } = await streamWith(markers);
+  assert.deepEqual(await lastStoredSourceSeq(nc, { stream, source: mine }), { sourceSeq: 25, destSeq: seqs[24], scanned: 40, complete: true });
+  assert.equal((await lastStoredSourceSeq(nc, { stream, source: { ...A, link: "y-link" } })).sourceSeq, 40);
+  // No link asked for: every marker of the source counts, as before the header.
+  assert.equal((await lastStoredSourceSeq(nc, { stream, source: A })).sourceSeq, 40);
+  // Only unnamed markers: the newest by source, as before the header (it may be the other link's: README).
+  const legacy = await streamWith(range(20, (i) => of(A, i + 1)));
+  assert.equal((await lastStoredSourceSeq(nc, { stream: legacy.stream, source: mine })).sourceSeq, 20);
+  // A named marker of another link only: none of this link's.
+  const others = await streamWith(range(3, (i) => named(i + 1, "y-link")));
+  assert.deepEqual(await lastStoredSourceSeq(nc, { stream: others.stream, source: mine }), { sourceSeq: undefined, destSeq: undefined, scanned: 3, complete: true });
+
+  const found = await findStoredSourceSeqs(nc, { stream, source: mine, fromDestSeq: 1 });
+  assert.deepEqual([...found.keys()], range(25, (i) => of(A, i + 1)).map((m) => m!.seq));
+  assert.equal((await findStoredSourceSeqs(nc, { stream, source: mine, fromDestSeq: 1, wanted: new Set([30]) })).size, 0);
 });
