@@ -20,6 +20,7 @@ import type { LinkStatus } from "./link/link.js";
 import { createMetrics } from "./observability/metrics.js";
 import type { LinkState, RelayMetrics } from "./observability/metrics.js";
 import { RegionConnections, close } from "./relay-connections.js";
+import type { ConnectionStatus } from "./relay-connections.js";
 import { PlacementSlots } from "./relay-placement.js";
 import { forgetLinkSeries } from "./relay-reload.js";
 import type { ConfigStatus, ReloadReport } from "./relay-reload.js";
@@ -51,6 +52,8 @@ export interface RelayStatus {
   readonly group?: GroupStatus;
   /** The config's hash, when it was loaded, and the last reload. */
   readonly config?: ConfigStatus;
+  /** The relay's NATS connections: one per region, and the ownership one (leases, membership). */
+  readonly connections?: readonly ConnectionStatus[];
 }
 
 export interface GroupStatus {
@@ -66,8 +69,9 @@ export type RelayState = "created" | "starting" | "running" | "stopping" | "stop
 
 /**
  * A relay runs the links whose destination is its region: consume remotely, publish locally (DESIGN §1).
- * It owns one connection per region it talks to, shared by its links. Lifecycle: `start()`, idempotent
- * `stop(signal)`, `closed()`.
+ * It owns one connection per region it talks to, shared by its links, and one more to its own region for
+ * the group (leases and membership): lease renewals never wait behind publishes. Lifecycle: `start()`,
+ * idempotent `stop(signal)`, `closed()`.
  */
 export class Relay {
   readonly registry: Registry;
@@ -119,6 +123,11 @@ export class Relay {
       regions: () => this.config.regions,
       logger: this.logger,
       signal: this.abort.signal,
+      onChange: () => {
+        this.metrics.connectionUp.reset();
+        for (const c of this.connections.status())
+          if (c.state !== "closed") this.metrics.connectionUp.set({ region: c.region, role: c.role }, c.state === "connected" ? 1 : 0);
+      },
     });
     this.loaded = { hash: configHash(config), at: new Date() };
     this.metrics.configInfo.set({ hash: this.loaded.hash }, 1);
@@ -146,6 +155,7 @@ export class Relay {
     const mine = this.linkConfigs;
     if (mine.length === 0) this.logger.warn("no link has this region as its destination: nothing to do");
     void this.connections.get(this.region); // the local region first: the group and every link need it
+    if (mine.length > 0) void this.connections.ownership();
     if (mine.length > 0) this.joinGroup();
     let fatal: unknown;
     const started = Promise.all(
@@ -160,11 +170,14 @@ export class Relay {
     if (!this.abort.signal.aborted) this.setState("running");
   }
 
-  /** Joins the region's group once its connection is up: members are seen, and links placed over them (DESIGN §9). */
+  /**
+   * Joins the region's group once its ownership connection is up: members are seen, and links placed
+   * over them (DESIGN §9).
+   */
   private joinGroup(): void {
     if (this.joining) return;
     this.joining = true;
-    this.connections.get(this.region)?.then(
+    this.connections.ownership()?.then(
       (nc) => this.startGroup(nc),
       () => undefined,
     );
@@ -194,14 +207,17 @@ export class Relay {
     const sourceRegion = this.config.regions.get(config.from.region);
     const sourceConn = this.connections.get(config.from.region);
     const destConn = this.connections.get(this.region);
-    if (!sourceRegion || !sourceConn || !destConn) return;
+    // Leases have their own connection: a window of large publishes queued on `dest` cannot hold a
+    // renewal past its deadline (the owner would fence itself).
+    const ownershipConn = this.connections.ownership();
+    if (!sourceRegion || !sourceConn || !destConn || !ownershipConn) return;
     const entry = { config, reason: `connecting to regions ${config.from.region} and ${this.region}` };
     this.waiting.set(config.name, entry);
     // A reload that removes or changes the link meanwhile takes its entry away: this start is called off.
     const cancelled = () => this.abort.signal.aborted || this.waiting.get(config.name) !== entry;
     let link: Link | undefined;
     try {
-      const [source, dest] = await Promise.all([sourceConn, destConn]);
+      const [source, dest, ownership] = await Promise.all([sourceConn, destConn, ownershipConn]);
       if (cancelled()) return;
       const logger = this.regionLogger.child({ component: "link", link: config.name });
       const guard = await createGuard(config.guard, {
@@ -213,7 +229,7 @@ export class Relay {
       if (cancelled()) return;
       const destDomain = this.config.regions.get(this.region)?.domain;
       const lease = new LinkLease({
-        nc: dest,
+        nc: ownership,
         ...(destDomain ? { domain: destDomain } : {}),
         bucket: this.config.group.bucket,
         key: leaseKey(config),
@@ -432,6 +448,7 @@ export class Relay {
         ...(this.needsRestart.length > 0 ? { needsRestart: this.needsRestart } : {}),
         ...(this.lastReload ? { lastReload: this.lastReload } : {}),
       },
+      connections: this.connections.status(),
     };
   }
 

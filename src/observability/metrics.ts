@@ -202,6 +202,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "Live relays in this relay's region group, as this relay sees them (0: it cannot reach the group bucket)",
       registers,
     }),
+    connectionUp: new Gauge({
+      name: "relay_connection_up",
+      help: "1 while the relay's connection is connected, 0 while it connects or reconnects; role local (its own region: publishes), remote (a source region), ownership (its own region: leases and membership only)",
+      labelNames: ["region", "role"] as const,
+      registers,
+    }),
     configReloads: zeroed(
       new Counter({
         name: "relay_config_reloads_total",
