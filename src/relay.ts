@@ -35,6 +35,8 @@ export interface RelayDeps {
   readonly registry?: Registry;
   /** Links' backlog/state refresh interval (ms). */
   readonly pollIntervalMs?: number;
+  /** The relay's clock (ms since the epoch; default Date.now): tests run a relay with a skewed one. */
+  readonly clock?: () => number;
   /** How long `start()` waits for links whose regions are not reachable yet (default 5 s). */
   readonly startWaitMs?: number;
   /**
@@ -258,6 +260,7 @@ export class Relay {
         metrics: this.metrics,
         logger,
         ...(this.deps.pollIntervalMs ? { pollIntervalMs: this.deps.pollIntervalMs } : {}),
+        ...(this.deps.clock ? { clock: this.deps.clock } : {}),
         progressIntervalMs: this.config.log.progressIntervalMs,
       });
       this.links.push(link);

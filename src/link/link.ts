@@ -48,6 +48,8 @@ export interface LinkDeps {
   readonly logger: Logger;
   /** How often backlog and state are refreshed (ms). */
   readonly pollIntervalMs?: number;
+  /** The relay's clock (ms since the epoch; default Date.now). Backlog ages are measured on the source's. */
+  readonly clock?: () => number;
   /** A catching-up or resyncing link logs its progress this often (ms; 0: never; default 10 s). */
   readonly progressIntervalMs?: number;
 }
@@ -155,6 +157,8 @@ export class Link {
   private readonly catchUpLog: CatchUpLog;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
+  /** The clock offset last warned about (ms), while it is 2 s or more. */
+  private clockOffsetLogged: number | undefined;
   private pendingResync: LinkResyncReason | undefined;
   private resyncing = false;
   private lastResync: LinkStatus["lastResync"];
@@ -229,7 +233,7 @@ export class Link {
         requestResync: () => this.requestResync("guard_state_lost"),
       },
     });
-    this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs);
+    this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs, deps.clock);
   }
 
   /** The link as group placement drives it (its lease key is the unit). */
@@ -424,7 +428,11 @@ export class Link {
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream has no cursor to compare yet.)
-        if (!position.created || position.startSeq !== undefined) this.inspect(await this.probe.read());
+        if (!position.created || position.startSeq !== undefined) {
+          const reading = await this.probe.read();
+          this.observeClock(reading.clockOffsetMs);
+          this.inspect(reading);
+        }
         // A resync the lease's loss cut short moved nothing: back to waiting for the lease.
         if (this.pendingResync && !(await this.resync(this.pendingResync))) continue;
         if ((this.state.state as LinkState) === "failed" || this.abort.signal.aborted) return;
@@ -789,6 +797,7 @@ export class Link {
           const labels = { link: this.name };
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
           this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
+          this.observeClock(reading.clockOffsetMs);
           if (this.troubles.has("source")) this.clear("source");
           this.watchPull(reading);
           // Connected again with nothing left to publish: no PubAck will come to say so.
@@ -796,7 +805,8 @@ export class Link {
           // A refusal is about a message held; with none held (published since, or dropped for another
           // owner), nothing is refused now.
           if (this.troubles.has("refused") && this.pipeline.size === 0) this.clear("refused");
-          if (!this.resyncing) this.inspect(reading);
+          // Only the owner acts on a reading: a standby's would be queued and run, stale, when it takes over.
+          if (!this.resyncing && !this.standby && this.deps.lease.valid()) this.inspect(reading);
           this.refreshState();
           this.catchUpLog.observe(this.state.state, reading);
         })
@@ -888,6 +898,20 @@ export class Link {
       this.logger.warn({ backlogAgeSeconds: reading.ageSeconds, maxReplayAgeMs: maxAge }, "backlog older than maxReplayAge: resyncing instead of replaying");
       this.requestResync("max_replay_age");
     }
+  }
+
+  /** The relay's clock against the source region's (measured by the backlog probe): a gauge, and a warning when it is off by 2 s or more. */
+  private observeClock(offsetMs: number | undefined): void {
+    if (offsetMs === undefined) return;
+    this.deps.metrics.sourceClockOffset.set({ link: this.name }, offsetMs / 1000);
+    const off = Math.abs(offsetMs) >= 2_000;
+    if (off && (this.clockOffsetLogged === undefined || Math.abs(offsetMs - this.clockOffsetLogged) >= 1_000)) {
+      this.clockOffsetLogged = offsetMs;
+      this.logger.warn(
+        { clockOffsetSeconds: offsetMs / 1000, sourceRegion: this.deps.config.from.region },
+        `this relay's clock is ${Math.abs(offsetMs / 1000).toFixed(1)} s ${offsetMs > 0 ? "ahead of" : "behind"} the source region's: backlog ages and maxReplayAge are measured on the source's clock`,
+      );
+    } else if (!off) this.clockOffsetLogged = undefined;
   }
 
   private requestResync(reason: LinkResyncReason): void {

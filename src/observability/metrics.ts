@@ -56,6 +56,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       buckets: REPLAY_AGE_BUCKETS,
       registers,
     }),
+    sourceClockOffset: new Gauge({
+      name: "relay_source_clock_offset_seconds",
+      help: "This relay's clock minus the source region's, as measured for backlog ages (positive: the relay runs ahead); set once measured, on servers older than 2.10",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     backlogAge: new Gauge({
       name: "relay_backlog_age_seconds",
       help: "Age of the oldest source message not yet relayed (0 when caught up)",

@@ -42,12 +42,12 @@ export async function startRelay(
   t: { after(fn: () => unknown): void; name?: string },
   yamlText: string,
   region: string,
-  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn" } = {},
+  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn"; clock?: () => number } = {},
 ) {
   const config = parseConfigText(yamlText, "test.yaml", { ...process.env, ...opts.env });
   const logs = new LogSink();
   const logger = createLogger({ level: opts.level ?? "info", destination: logs, secrets: [] });
-  const relay = new Relay(config, region, { logger, pollIntervalMs: 250 });
+  const relay = new Relay(config, region, { logger, pollIntervalMs: 250, ...(opts.clock ? { clock: opts.clock } : {}) });
   let http: HttpServer | undefined;
   let url = "";
   if (opts.http) {
