@@ -201,7 +201,12 @@ export class Relay {
     });
     const membership = this.membership;
     const logger = this.regionLogger.child({ component: "group" });
-    this.placement.start(new GroupCoordinator(membership, self, logger, (members) => this.metrics.groupMembers.set(members.length)));
+    this.placement.start(
+      new GroupCoordinator(membership, self, logger, (members) => {
+        this.metrics.groupMembers.set(members.length);
+        this.metrics.groupSettingsMismatch.set(membership.settingsMismatch.length);
+      }),
+    );
     this.membership.start();
   }
 

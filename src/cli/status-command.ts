@@ -132,7 +132,14 @@ export function formatGroup(status: RelayStatus): string {
   if (!group) return "";
   const header = ["MEMBER", "NAME", "JOINED", "LINKS PLACED"];
   const rows = group.members.map((m) => [m.id === group.member ? `${m.id} (this relay)` : m.id, m.name, m.startedAt, m.placed.join(",") || "-"]);
-  return `group bucket ${group.bucket}: ${plural(group.members.length, "member")}\n${table(header, rows)}`;
+  const text = `group bucket ${group.bucket}: ${plural(group.members.length, "member")}\n${table(header, rows)}`;
+  // Members that disagree on group.lease/group.renew (a rolling restart that changes them, unfinished).
+  const differ = group.members.filter((m) => m.settingsDiffer);
+  if (differ.length === 0) return text;
+  const self = group.members.find((m) => m.id === group.member);
+  const settings = (m: { leaseMs?: number | undefined; renewMs?: number | undefined }) => `lease ${m.leaseMs ?? "?"} ms, renew ${m.renewMs ?? "?"} ms`;
+  const list = differ.map((m) => `${m.id} (${settings(m)})`).join(", ");
+  return `${text}\nwarning: members disagree on group.lease/group.renew: ${list}; this relay: ${self ? settings(self) : "?"}. Each lease is judged by the duration its owner stored; finish the rolling restart so they agree`;
 }
 
 function table(header: string[], rows: string[][]): string {

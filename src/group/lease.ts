@@ -22,11 +22,13 @@ interface Waiter {
  * its revision. Exactly one member is `owner` at a time; `valid()` fences it by its own monotonic clock.
  *
  * - Acquire: `create` when the key is absent, `update` on the revision of a delete tombstone, or `update`
- *   on a revision this member has seen unchanged for `leaseMs` by its own clock (never by the stored
- *   wall time). The acquiring revision is the epoch; renewals keep it.
- * - Owner deadline: the local time a successful write was *sent* + leaseMs − renewMs/2. A contender can
- *   only take over `leaseMs` after it *received* the last revision, which is after that send: the two
- *   intervals never overlap, whatever the wall clocks say.
+ *   on a revision this member has seen unchanged for the lease duration *stored in it* (its writer's
+ *   `leaseMs`; this member's own for values without one) by its own clock (never by the stored wall
+ *   time). The acquiring revision is the epoch; renewals keep it.
+ * - Owner deadline: the local time a successful write was *sent* + the leaseMs that write stored −
+ *   renewMs/2. A contender can only take over that leaseMs after it *received* the last revision, which
+ *   is after that send: the two intervals never overlap, whatever the wall clocks say, and whatever
+ *   `group.lease` each member runs with.
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
@@ -44,8 +46,10 @@ export class LinkLease {
   private deadline = -Infinity;
   private nextRenewAt = 0;
   private deadlineTimer: NodeJS.Timeout | undefined;
-  /** The revision a contender last saw and the local time it first saw it (its expiry clock). */
-  private observed: { revision: number; at: number } | undefined;
+  /** The revision a contender last saw, the local time it first saw it (its expiry clock), and the lease duration it stored. */
+  private observed: { revision: number; at: number; leaseMs: number } | undefined;
+  /** `holder/leaseMs` of the last lease judged by a stored duration other than this member's (logged once). */
+  private foreignLease: string | undefined;
   private run: { abort: AbortController; done: Promise<void> } | undefined;
   private watcher: { stop(): void } | undefined;
   private wakePending = false;
@@ -287,11 +291,13 @@ export class LinkLease {
       if (!this.mayTake(seenAt)) return false;
       return this.tryAcquire(kv, entry?.revision ?? 0, this.why(entry ? "lease was released" : "lease key absent"), signal);
     }
-    const holder = readValue(entry)?.owner ?? "?";
+    const value = readValue(entry);
+    const holder = value?.owner ?? "?";
     if (this.observed?.revision !== entry.revision) {
-      this.observed = { revision: entry.revision, at: seenAt };
+      this.observed = { revision: entry.revision, at: seenAt, leaseMs: this.storedLeaseMs(value) };
       this.vacantSince = undefined;
-      this.logger.debug({ revision: entry.revision, holder }, "lease held by another member");
+      this.logger.debug({ revision: entry.revision, holder, leaseMs: this.observed.leaseMs }, "lease held by another member");
+      if (holder !== this.opts.owner) this.judgedBy(holder, this.observed.leaseMs);
     }
     if (holder === this.opts.owner) {
       // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
@@ -299,15 +305,15 @@ export class LinkLease {
       return this.tryAcquire(kv, entry.revision, this.why("lease still names this member"), signal, true);
     }
     const unchangedMs = seenAt - this.observed.at;
-    if (unchangedMs < this.opts.leaseMs || !this.mayTake(seenAt)) return false;
-    return this.tryAcquire(kv, entry.revision, this.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms`), signal);
+    if (unchangedMs < this.observed.leaseMs || !this.mayTake(seenAt)) return false;
+    return this.tryAcquire(kv, entry.revision, this.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms (its lease: ${this.observed.leaseMs}ms)`), signal);
   }
 
   /** Until the next contender step: the next poll, or the moment the observed lease would expire if sooner. */
   private contendWaitMs(): number {
     const seen = this.observed;
     if (!seen || !this.eligible) return this.opts.pollMs;
-    const expiresIn = seen.at + this.opts.leaseMs - this.now();
+    const expiresIn = seen.at + seen.leaseMs - this.now();
     return Math.max(1, Math.min(this.opts.pollMs, expiresIn + 1));
   }
 
@@ -403,7 +409,10 @@ export class LinkLease {
     this.lose(!entry || entry.operation !== "PUT" ? "lease key was deleted" : `lease taken by ${value?.owner ?? "?"}`);
   }
 
-  /** A successful write sent at `sentAt` (local monotonic ms) keeps us valid until sentAt + leaseMs − margin. */
+  /**
+   * A successful write sent at `sentAt` (local monotonic ms) keeps us valid until sentAt + leaseMs −
+   * margin: the leaseMs every write of ours stores (`encode`), so never past what contenders judge by.
+   */
   private extend(sentAt: number): void {
     this.deadline = sentAt + this.opts.leaseMs - this.opts.marginMs;
     this.nextRenewAt = sentAt + this.opts.renewMs;
@@ -463,6 +472,24 @@ export class LinkLease {
     return this.kv;
   }
 
+  /** The lease duration a value stored (its writer's `group.lease`); this member's own when it has none. */
+  private storedLeaseMs(value: LeaseValue | undefined): number {
+    const ms = value?.leaseMs;
+    return typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : this.opts.leaseMs;
+  }
+
+  /** Logs (once per holder and duration) a lease judged by a stored duration other than this member's. */
+  private judgedBy(holder: string, leaseMs: number): void {
+    if (leaseMs === this.opts.leaseMs) return;
+    const which = `${holder}/${leaseMs}`;
+    if (this.foreignLease === which) return;
+    this.foreignLease = which;
+    this.logger.warn(
+      { holder, storedLeaseMs: leaseMs, leaseMs: this.opts.leaseMs },
+      `the lease of ${holder} is judged by the duration it stored (${leaseMs} ms), not this member's group.lease (${this.opts.leaseMs} ms): the group's members disagree on group.lease`,
+    );
+  }
+
   /**
    * Watches the key for deletes: a contender acquires a released lease at once instead of at its next
    * poll, and an owner whose key was deleted learns it at once. Best effort: polling stays the fallback.
@@ -502,7 +529,7 @@ export class LinkLease {
     if (this.current === "owner" || this.observed?.revision === e.revision) return;
     const named = readValue(e)?.owner;
     if (named === this.opts.owner) return; // our own write (an acquisition the loop is finishing)
-    this.observed = { revision: e.revision, at: this.now() };
+    this.observed = { revision: e.revision, at: this.now(), leaseMs: this.storedLeaseMs(readValue(e)) };
     this.vacantSince = undefined;
     if (named !== undefined) this.otherHolder = named;
   }
@@ -551,8 +578,15 @@ export class LinkLease {
     this.logger[level]({ from, to: next, epoch: this.heldEpoch, ...(reason ? { reason } : {}) }, `lease ${next}`);
   }
 
+  /** The value of a write: every write stores this member's lease duration, which its deadline follows (`extend`). */
   private encode(epoch?: number): string {
-    const value: LeaseValue = { owner: this.opts.owner, ...(epoch !== undefined ? { epoch } : {}), renewedAt: new Date().toISOString() };
+    const value: LeaseValue = {
+      owner: this.opts.owner,
+      ...(epoch !== undefined ? { epoch } : {}),
+      renewedAt: new Date().toISOString(),
+      leaseMs: this.opts.leaseMs,
+      renewMs: this.opts.renewMs,
+    };
     return JSON.stringify(value);
   }
 }

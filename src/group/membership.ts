@@ -19,9 +19,12 @@ export interface MembershipOptions {
   readonly bucket: string;
   /** This process (unique, never reused) and its stable name (host or pod name). */
   readonly member: PlacementMember;
-  /** A member whose key has not changed for this long (by this member's own clock) is gone. */
+  /**
+   * This member's `group.lease`: a member whose key has not changed for the lease it stored in its key
+   * (this one when it stored none), by this member's own clock, is gone. Stored in this member's key.
+   */
   readonly leaseMs: number;
-  /** How often this member writes its key and reads the others'. */
+  /** How often this member writes its key and reads the others'. Stored in its key. */
   readonly renewMs: number;
   readonly logger: Logger;
   /** Monotonic clock (ms); injectable for tests. */
@@ -34,12 +37,19 @@ export interface MembershipOptions {
 export interface MemberView extends PlacementMember {
   /** When it joined (its own wall clock, informational). */
   readonly startedAt: string;
+  /** Its `group.lease` and `group.renew` (ms); absent for members of relays before they were stored. */
+  readonly leaseMs?: number;
+  readonly renewMs?: number;
+  /** Its lease or renew differs from this relay's (members must agree; see `settingsMismatch`). */
+  readonly settingsDiffer?: true;
 }
 
 interface MemberValue {
   readonly id: string;
   readonly name: string;
   readonly startedAt: string;
+  readonly leaseMs?: number;
+  readonly renewMs?: number;
 }
 
 /** Keys of members unchanged this long are deleted by whoever sees them (a member that crashed). */
@@ -62,6 +72,8 @@ export class GroupMembership {
   /** key → last revision seen, when it was first seen (own clock), and the member it names. */
   private readonly seen = new Map<string, { revision: number; at: number; value: MemberValue }>();
   private live: readonly MemberView[] = [];
+  /** `id lease/renew` of the members whose settings differ from this one's, as last logged. */
+  private mismatchLogged = "";
   /** Own key written within the lease: this member can see and be seen. */
   private ownWrittenAt = -Infinity;
   private readonly listeners: ((members: readonly MemberView[], changed: boolean) => void)[] = [];
@@ -85,6 +97,16 @@ export class GroupMembership {
   /** The live members, sorted by id (this one included once its key is written). */
   get members(): readonly MemberView[] {
     return this.live;
+  }
+
+  /**
+   * The live members whose `group.lease` or `group.renew` differ from this member's (a rolling restart
+   * that changes them runs both at once). Each lease is judged by the duration its owner stored and each
+   * member by the lease in its key, so the group stays safe; but a takeover then takes the owner's lease,
+   * not this relay's. Members that stored no settings (relays before them) are not counted.
+   */
+  get settingsMismatch(): readonly MemberView[] {
+    return this.live.filter((m) => m.settingsDiffer);
   }
 
   /** This member's key was written within the lease: the group can see it. */
@@ -132,7 +154,13 @@ export class GroupMembership {
       try {
         this.kv ??= await openGroupBucket({ nc: this.opts.nc, domain: this.opts.domain, bucket: this.opts.bucket, timeoutMs: Math.max(this.opts.renewMs, 500) });
         const sentAt = this.now();
-        const value: MemberValue = { id: this.opts.member.id, name: this.opts.member.name, startedAt: this.startedAt };
+        const value: MemberValue = {
+          id: this.opts.member.id,
+          name: this.opts.member.name,
+          startedAt: this.startedAt,
+          leaseMs: this.opts.leaseMs,
+          renewMs: this.opts.renewMs,
+        };
         await this.kv.put(this.key, JSON.stringify(value));
         this.ownWrittenAt = sentAt;
         // A server that is down (or a stream without a leader) answers nothing: bounded here.
@@ -248,7 +276,7 @@ export class GroupMembership {
     const now = this.now();
     for (const [k, s] of this.seen) {
       if (k === this.key) continue;
-      const expires = s.at + this.opts.leaseMs;
+      const expires = s.at + this.leaseOf(s.value);
       if (expires > now) next = Math.min(next, expires);
     }
     if (next === Infinity) return;
@@ -256,13 +284,48 @@ export class GroupMembership {
     this.expiryTimer.unref();
   }
 
+  /** How long a member's key stays live unchanged: the lease it stored, else this member's. */
+  private leaseOf(value: MemberValue): number {
+    return value.leaseMs ?? this.opts.leaseMs;
+  }
+
+  private view(value: MemberValue): MemberView {
+    const differs =
+      (value.leaseMs !== undefined && value.leaseMs !== this.opts.leaseMs) || (value.renewMs !== undefined && value.renewMs !== this.opts.renewMs);
+    return {
+      id: value.id,
+      name: value.name,
+      startedAt: value.startedAt,
+      ...(value.leaseMs !== undefined ? { leaseMs: value.leaseMs } : {}),
+      ...(value.renewMs !== undefined ? { renewMs: value.renewMs } : {}),
+      ...(differs ? { settingsDiffer: true as const } : {}),
+    };
+  }
+
+  /** A warning whenever the set of members whose lease/renew differ from this one's changes. */
+  private logMismatch(live: readonly MemberView[]): void {
+    const differing = live.filter((m) => m.settingsDiffer);
+    const text = differing.map((m) => `${m.id} ${m.leaseMs ?? "?"}/${m.renewMs ?? "?"}`).join(", ");
+    if (text === this.mismatchLogged) return;
+    this.mismatchLogged = text;
+    const own = { leaseMs: this.opts.leaseMs, renewMs: this.opts.renewMs };
+    if (differing.length === 0) {
+      this.logger.info(own, "the group's members agree on group.lease and group.renew again");
+      return;
+    }
+    this.logger.warn(
+      { ...own, differing: differing.map((m) => ({ id: m.id, name: m.name, leaseMs: m.leaseMs, renewMs: m.renewMs })) },
+      `group members disagree on group.lease/group.renew (${text}; this relay ${own.leaseMs}/${own.renewMs} ms): each lease is judged by the duration its owner stored, each member by the lease in its key; finish the rolling restart so they agree`,
+    );
+  }
+
   private update(): void {
     this.scheduleExpiry();
     const at = this.now();
     const live: MemberView[] = [];
     for (const [k, s] of this.seen) {
-      const fresh = k === this.key ? this.joined : at - s.at < this.opts.leaseMs;
-      if (fresh) live.push({ id: s.value.id, name: s.value.name, startedAt: s.value.startedAt });
+      const fresh = k === this.key ? this.joined : at - s.at < this.leaseOf(s.value);
+      if (fresh) live.push(this.view(s.value));
     }
     live.sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
     const before = this.live.map((m) => m.id).join(",");
@@ -275,6 +338,7 @@ export class GroupMembership {
       const left = [...was].filter((id) => !live.some((m) => m.id === id));
       this.logger.info({ members: live.length, joined, left }, "group members changed");
     }
+    this.logMismatch(live);
     for (const cb of this.listeners) {
       try {
         cb(live, changed);
@@ -288,7 +352,17 @@ export class GroupMembership {
 function parse(text: string): MemberValue | undefined {
   try {
     const v = JSON.parse(text) as Partial<MemberValue>;
-    return typeof v.id === "string" && typeof v.name === "string" ? { id: v.id, name: v.name, startedAt: String(v.startedAt ?? "") } : undefined;
+    if (typeof v.id !== "string" || typeof v.name !== "string") return undefined;
+    const ms = (x: unknown) => (typeof x === "number" && Number.isFinite(x) && x > 0 ? x : undefined);
+    const leaseMs = ms(v.leaseMs);
+    const renewMs = ms(v.renewMs);
+    return {
+      id: v.id,
+      name: v.name,
+      startedAt: String(v.startedAt ?? ""),
+      ...(leaseMs !== undefined ? { leaseMs } : {}),
+      ...(renewMs !== undefined ? { renewMs } : {}),
+    };
   } catch {
     return undefined;
   }

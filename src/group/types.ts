@@ -68,6 +68,15 @@ export interface LeaseValue {
   readonly epoch?: number;
   /** Wall time of the write (ISO 8601), for operators reading the bucket. */
   readonly renewedAt: string;
+  /**
+   * The writer's lease duration (ms): how long this write keeps its writer the owner. A contender
+   * judges expiry by it, not by its own `group.lease` (members that disagree, e.g. during the rolling
+   * restart that changes it, must agree on each lease). Absent in values of relays before it: the
+   * reader's own duration applies.
+   */
+  readonly leaseMs?: number;
+  /** The writer's renewal interval (ms), informational. */
+  readonly renewMs?: number;
 }
 
 const BUCKET_RE = /^[-\w]+$/;

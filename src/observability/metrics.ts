@@ -208,6 +208,11 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "Live relays in this relay's region group, as this relay sees them (0: it cannot reach the group bucket)",
       registers,
     }),
+    groupSettingsMismatch: new Gauge({
+      name: "relay_group_settings_mismatch",
+      help: "Live members of this relay's group whose group.lease or group.renew differ from this relay's (each lease is judged by the duration its owner stored; 0 once a rolling restart is done)",
+      registers,
+    }),
     connectionUp: new Gauge({
       name: "relay_connection_up",
       help: "1 while the relay's connection is connected, 0 while it connects or reconnects; role local (its own region: publishes), remote (a source region), ownership (its own region: leases and membership only)",

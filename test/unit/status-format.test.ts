@@ -43,6 +43,18 @@ test("status shows each link's owner and epoch, and the group's members with the
   assert.match(group[3] ?? "", /^m2\s+host-2\s+\S+\s+l2$/);
 });
 
+test("status warns when the group's members disagree on group.lease/group.renew, naming each one's settings", () => {
+  const group = status.group!;
+  const members = [
+    { ...group.members[0]!, leaseMs: 3_000, renewMs: 500 },
+    { ...group.members[1]!, leaseMs: 20_000, renewMs: 1_000, settingsDiffer: true as const },
+  ];
+  const lines = formatGroup({ ...status, group: { ...group, members } }).split("\n");
+  assert.equal(lines.length, 5);
+  assert.match(lines[4] ?? "", /^warning: members disagree on group\.lease\/group\.renew: m2 \(lease 20000 ms, renew 1000 ms\); this relay: lease 3000 ms, renew 500 ms\./);
+  assert.equal(formatGroup(status).split("\n").length, 4, "no warning when they agree");
+});
+
 test("status shows relayed and dead-lettered counts, and the last error in full, wrapped, below the table", () => {
   const message =
     "link a-to-b: message m-17 (source seq 17): header Entity-Version is missing; the link's guard.versions needs an entity and a version on every message";
