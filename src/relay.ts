@@ -19,6 +19,7 @@ import { Link } from "./link/link.js";
 import type { LinkStatus } from "./link/link.js";
 import { createMetrics } from "./observability/metrics.js";
 import type { LinkState, RelayMetrics } from "./observability/metrics.js";
+import { WriteGates } from "./nats/write-gate.js";
 import { RegionConnections, close } from "./relay-connections.js";
 import type { ConnectionStatus } from "./relay-connections.js";
 import { PlacementSlots } from "./relay-placement.js";
@@ -79,6 +80,8 @@ export class Relay {
   readonly registry: Registry;
   readonly metrics: RelayMetrics;
   private readonly connections: RegionConnections;
+  /** Ownership checked again when a link's bytes leave its connections (one gate per connection). */
+  private readonly writeGates: WriteGates;
   private links: Link[] = [];
   /** Links not running yet (a region is still connecting) or that could not start. */
   private readonly waiting = new Map<string, { config: LinkConfig; reason: string; failed?: RelayError }>();
@@ -120,6 +123,12 @@ export class Relay {
     // own region, bound once here; components and links are bound once, on loggers made from it.
     this.regionLogger = deps.logger.child({ region });
     this.logger = this.regionLogger.child({ component: "relay" });
+    this.writeGates = new WriteGates({
+      logger: this.logger,
+      discarded: (_connection, writers) => {
+        for (const link of writers) this.metrics.writesDiscarded.inc({ link });
+      },
+    });
     this.connections = new RegionConnections({
       region,
       regions: () => this.config.regions,
@@ -266,6 +275,7 @@ export class Relay {
         logger,
         ...(this.deps.pollIntervalMs ? { pollIntervalMs: this.deps.pollIntervalMs } : {}),
         ...(this.deps.clock ? { clock: this.deps.clock } : {}),
+        writeGates: this.writeGates,
         progressIntervalMs: this.config.log.progressIntervalMs,
       });
       this.links.push(link);

@@ -18,6 +18,7 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
+import type { GatedWriter, WriteGate, WriteGates } from "../nats/write-gate.js";
 import { CatchUpLog, ResyncLog } from "./progress-log.js";
 import { positionCursor } from "./cursor.js";
 import { Destination } from "./destination.js";
@@ -50,6 +51,8 @@ export interface LinkDeps {
   readonly pollIntervalMs?: number;
   /** The relay's clock (ms since the epoch; default Date.now). Backlog ages are measured on the source's. */
   readonly clock?: () => number;
+  /** Ownership checked again when bytes leave (write-gate.ts); absent: only when they are issued. */
+  readonly writeGates?: WriteGates;
   /** A catching-up or resyncing link logs its progress this often (ms; 0: never; default 10 s). */
   readonly progressIntervalMs?: number;
 }
@@ -157,6 +160,10 @@ export class Link {
   private readonly catchUpLog: CatchUpLog;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
+  private readonly destGate: WriteGate | undefined;
+  private readonly sourceGate: WriteGate | undefined;
+  /** This link as its connections' write gates know it. */
+  private readonly gated: GatedWriter;
   /** The clock offset last warned about (ms), while it is 2 s or more. */
   private clockOffsetLogged: number | undefined;
   private pendingResync: LinkResyncReason | undefined;
@@ -178,13 +185,18 @@ export class Link {
     this.name = config.name;
     this.logger = deps.logger; // bound to the link by its creator
     this.state = new LinkStateMachine(config.name, deps.metrics, this.logger);
-    this.publisher = new JetStreamPublisher(deps.dest, config.publishTimeoutMs);
+    // Publishes and acks leave only while the lease still holds at the moment they are written.
+    const writer: GatedWriter = { name: config.name, owns: () => deps.lease.valid() };
+    this.destGate = deps.writeGates?.of(deps.dest, `${deps.config.to.region} (publishes)`);
+    this.sourceGate = deps.writeGates?.of(deps.source, `${deps.config.from.region} (acks)`);
+    this.gated = writer;
+    this.publisher = new JetStreamPublisher(deps.dest, config.publishTimeoutMs, this.destGate && (() => this.destGate?.wrote(writer)));
     this.destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceRef());
     this.pipeline = new Pipeline({
       link: config,
       links: deps.links,
       guard: deps.guard,
-      acks: new SourceAcks(deps.source),
+      acks: new SourceAcks(deps.source, this.sourceGate && (() => this.sourceGate?.wrote(writer))),
       metrics: deps.metrics,
       logger: this.logger,
       markers: this.destination.markers(),
@@ -597,6 +609,9 @@ export class Link {
   private leaseLost(reason: string): void {
     if (this.abort.signal.aborted) return;
     this.logger.warn({ reason, inFlight: this.pipeline.size }, "link lease lost: this relay stops working the link until it owns it again");
+    // Bytes of this link still queued (a slow path, or a pause between issuing and writing) stay here.
+    this.destGate?.lapsed(this.gated);
+    this.sourceGate?.lapsed(this.gated);
     this.messages?.stop();
     this.ownedTerm.abort();
   }

@@ -38,6 +38,8 @@ export class JetStreamPublisher {
   constructor(
     private readonly nc: NatsConnection,
     private readonly timeoutMs: number,
+    /** Told before every publish puts bytes in the connection (the write gate checks them again when they leave). */
+    private readonly beforeWrite?: () => void,
   ) {
     this.prefix = `${createInbox()}.`;
     this.sub = nc.subscribe(`${this.prefix}*`, { callback: (_err, msg) => this.onReply(msg) });
@@ -56,6 +58,7 @@ export class JetStreamPublisher {
     }
     const id = this.pending.add({ cb, subject }, Date.now() + this.timeoutMs);
     try {
+      this.beforeWrite?.();
       this.nc.publish(subject, data, { headers, reply: `${this.prefix}${id}` });
     } catch (err) {
       this.pending.take(id);

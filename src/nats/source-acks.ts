@@ -11,7 +11,11 @@ const WIP = new TextEncoder().encode("+WPI");
  * redelivers it after the ack wait, and the destination's dedup absorbs the second copy.
  */
 export class SourceAcks {
-  constructor(private readonly nc: NatsConnection) {}
+  constructor(
+    private readonly nc: NatsConnection,
+    /** Told before every ack puts bytes in the connection (the write gate checks them again when they leave). */
+    private readonly beforeWrite?: () => void,
+  ) {}
 
   ack(reply: string): boolean {
     return this.send(reply, ACK);
@@ -30,6 +34,7 @@ export class SourceAcks {
   private send(reply: string, payload: Uint8Array | string): boolean {
     if (reply === "") return false;
     try {
+      this.beforeWrite?.();
       this.nc.publish(reply, payload);
       return true;
     } catch {

@@ -142,6 +142,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "reason"] as const,
       registers,
     }),
+    writesDiscarded: new Counter({
+      name: "relay_lapsed_writes_discarded_total",
+      help: "Times a connection's unsent bytes were discarded (and it reconnected) because this link's lease lapsed between issuing a publish or ack and writing it",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     resyncsAbandoned: new Counter({
       name: "relay_resyncs_abandoned_total",
       help: "Resyncs cut short because the link lease was lost: nothing of them was published late, and the cursor was not moved",

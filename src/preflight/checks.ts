@@ -327,7 +327,7 @@ export function checkRetention(link: LinkConfig, dest: StreamFact): CheckResult 
 // ---------------------------------------------------------------------------------------------
 // 3. Duplicate window
 
-export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact): CheckResult {
+export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact, leaseMs?: number): CheckResult {
   const name = "duplicate window";
   if (dest.kind !== "found") return skipped(name, "the destination stream was not read");
   const horizon = replayHorizonMs(link);
@@ -350,6 +350,14 @@ export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact): CheckR
     fixes.push(
       `${streamsApply(link.to.region)} (raises ${s.name}'s duplicate window to ${formatDuration(horizon)}), or shorten links[${link.name}].ackWait / maxReplayAge`,
     );
+  }
+  // A relay frozen past its lease, or one whose last bytes sit in a slow network, may land what it had
+  // in flight after the next owner published the same messages: the window must outlast a few leases.
+  if (leaseMs !== undefined && s.duplicateWindowMs > 0 && s.duplicateWindowMs < 3 * leaseMs) {
+    problems.push(
+      `duplicate window ${formatDuration(s.duplicateWindowMs)} < 3 × group.lease ${formatDuration(leaseMs)}: what an owner paused past its lease had already sent can land after the next owner published the same messages, and is stored twice; ${guardNote}`,
+    );
+    fixes.push(`raise ${s.name}'s duplicate window to at least ${formatDuration(3 * leaseMs)}, or shorten group.lease`);
   }
   if (s.maxAgeMs > 0 && s.duplicateWindowMs > s.maxAgeMs) {
     problems.push(

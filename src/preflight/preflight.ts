@@ -401,7 +401,7 @@ export async function runPreflight(
           ),
           checkDestinationStream(link, dest, from ? destinationPatterns(link, from) : undefined),
           checkRetention(link, dest),
-          checkDuplicateWindow(link, dest),
+          checkDuplicateWindow(link, dest, config.group.leaseMs),
           checkSubjectsBound(link, source, dest, others),
           checkOverlaps(link, links, sourceOf),
           checkLoops(link, config.links),

@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { setTimeout as delay } from "node:timers/promises";
 import { check } from "../helpers/check.js";
 import type { HasAfter } from "../helpers/servers.js";
 import { createStream, readStream, streamCount } from "../helpers/streams.js";
@@ -23,7 +24,7 @@ const LEASE_MS = 3_000;
 const DUP_WINDOW_MS = 1_000;
 const SETTLE_MS = scaled(120_000, 600_000);
 
-async function setup(t: HasAfter, guard = "") {
+async function setup(t: HasAfter, guard = "", leaseMs = LEASE_MS) {
   const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
   let guardYaml = "";
   if (guard === "redis") {
@@ -31,7 +32,7 @@ async function setup(t: HasAfter, guard = "") {
     guardYaml = `    guard: { redis: { url: "${redis.url}" } }\n`;
   }
   const config = await writeConfig(
-    r.yaml(`    batchSize: 200\n    inFlight: 512\n${guardYaml}`, `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }`),
+    r.yaml(`    batchSize: 200\n    inFlight: 512\n${guardYaml}`, `group: { lease: ${leaseMs / 1000}s, renew: ${leaseMs / 4}ms }\nhttp: { listen: "127.0.0.1:0" }`),
   );
   return { ...r, config };
 }
@@ -177,6 +178,57 @@ for (const guard of ["", "redis"]) {
     assert.deepEqual(codes, [0, 0], "both members drain and exit 0");
   });
 }
+
+test("the owner is SIGSTOPped mid-publish again and again, each time for 3x the lease, under heavy load (no guard, 1 s duplicate window): no copy, no reorder", async (t) => {
+  // Review #21 item 3: a process stopped between issuing a publish (its lease checked) and the client
+  // writing it must not send it after waking: by then another member owns the link and has published
+  // the same messages, more than the duplicate window ago. Each freeze lands at a random moment of a
+  // busy owner (2,500 msgs/s, for the whole test), so some land inside a publish or ack burst.
+  const leaseMs = 2_000;
+  const r = await setup(t, "", leaseMs);
+  const rounds = scaled(3, 10);
+  const total = scaled(rounds * 25_000, 10 * 25_000);
+  const load = startLoad(r.nca, r.src, total, { ratePerSec: 2_500 });
+  const members = [await member(t, r.config), await member(t, r.config)];
+  const liveness: LivenessReport[] = [];
+  const discarded: number[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const { owner, others } = await ownerOf(members, `round ${round}`);
+    await waitForCount(r.ncb, r.dst, (await streamCount(r.ncb, r.dst)) + 1_000, 30_000, `round ${round}: the owner relays`);
+    const probes = others.map((m) => watch(t, m.url));
+    // The freeze lands at a random moment of the next 200 ms: inside or between the owner's bursts.
+    await delay(Math.random() * 200);
+    owner.process.signal("SIGSTOP");
+    const frozenAt = Date.now();
+    await check(async () => (await Promise.all(others.map(owns))).some(Boolean), {
+      name: `round ${round}: another member owns the link while the owner is frozen`,
+      timeoutMs: 3 * leaseMs,
+      intervalMs: 100,
+    });
+    await check(() => Date.now() - frozenAt >= 3 * leaseMs, { name: `round ${round}: frozen for 3x the lease`, timeoutMs: 4 * leaseMs, intervalMs: 100 });
+    owner.process.signal("SIGCONT");
+    await check(async () => (await status(owner).catch(() => undefined))?.links[0]?.state === "standby", {
+      name: `round ${round}: the woken relay is standby`,
+      timeoutMs: 20_000,
+      intervalMs: 200,
+    });
+    discarded.push(await scrapeMetric(owner.url, "relay_lapsed_writes_discarded_total", { link: "a-to-b" }).catch(() => -1));
+    for (const p of probes) liveness.push(await p.stop());
+  }
+  t.diagnostic(`lapsed writes discarded by the woken owners (cumulative per process, per round): ${discarded.join(", ")}`);
+  await load.done;
+  const stuck = await settled(r.nca, r.src, "after the freezes", SETTLE_MS);
+  const codes = await Promise.all(members.map((m) => terminate(m.process)));
+  const merged = mergeLiveness(liveness);
+  const report = {
+    ...(await checkDelivery({ fault: `group owner SIGSTOP mid-publish x${rounds} (lease 2 s)`, dest: r.ncb, stream: r.dst, source: await readSource(r.nca, r.src) })),
+    ...(merged ? { liveness: merged } : {}),
+  };
+  await recordRow(report);
+  if (stuck) throw withReport(stuck, report);
+  assertDelivery(report);
+  assert.deepEqual(codes, [0, 0], "both members drain and exit 0");
+});
 
 test("the owner's connection to its own region is cut: it is fenced within the lease and another member takes over; healed, it rejoins; every id once, in order", async (t) => {
   const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });

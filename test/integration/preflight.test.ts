@@ -189,6 +189,13 @@ describe("checks on facts", () => {
     );
     assert.equal(aged.level, "warning");
     assert.match(aged.detail, /> max age 1m/);
+    // Shorter than 3 leases: what a paused owner already sent can land after the next owner's copy.
+    const window = found({ name: "S", subjects: ["S.>"], duplicateWindowMs: 120_000 });
+    assert.equal(checkDuplicateWindow(plain, window, 30_000).level, "ok");
+    const leases = checkDuplicateWindow(plain, window, 60_000);
+    assert.equal(leases.level, "warning");
+    assert.match(leases.detail, /2m < 3 × group\.lease 1m: what an owner paused past its lease/);
+    assert.match(leases.fix ?? "", /at least 3m, or shorten group\.lease/);
   });
 
   test("pull window: the rate a window allows over the round trip; a window held below inFlight by inFlightBytes over a WAN warns", () => {
