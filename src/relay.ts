@@ -492,7 +492,10 @@ export class Relay {
     if (this.current !== "running") reasons.push(`relay is ${this.current}`);
     for (const l of this.links) {
       // A standby link is healthy: another relay of the group owns it, this one is ready to take over.
-      if (!READY_STATES.has(l.currentState)) reasons.push(`link ${l.name} is ${l.currentState}`);
+      if (!READY_STATES.has(l.currentState)) {
+        const why = l.status().stateReason;
+        reasons.push(`link ${l.name} is ${l.currentState}${why ? `: ${why}` : ""}`);
+      }
     }
     for (const [name, w] of this.waiting) reasons.push(`link ${name}: ${w.reason}`);
     return { ready: reasons.length === 0, reasons };

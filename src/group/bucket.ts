@@ -1,9 +1,9 @@
-import { jetstream } from "@nats-io/jetstream";
+import { JetStreamApiCodes, jetstream } from "@nats-io/jetstream";
 import { Bucket, Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { classifyJsError } from "../nats/durable-consumer.js";
+import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import { createWithReplicas } from "../nats/replicas.js";
 
 export interface GroupBucketOptions {
@@ -34,6 +34,28 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
   } catch (err) {
     throw classifyJsError(err, `group bucket ${opts.bucket}`);
   }
+}
+
+/**
+ * The bucket's incarnation: its stream's creation time (ms since the epoch). A bucket deleted and
+ * created again (`nats kv rm`, an R1 bucket lost, a rebuilt region) restarts its revisions at 1, so
+ * a lease epoch (a revision) only compares with epochs of the same incarnation.
+ */
+export async function bucketIncarnation(kv: KV): Promise<number> {
+  const bucket = asBucket(kv, "bucketIncarnation");
+  const info = await bucket.jsm.streams.info(bucket.stream);
+  const ms = Date.parse(info.created);
+  if (Number.isNaN(ms)) throw new RelayError(ErrorCodes.JETSTREAM_API, `group bucket ${bucket.bucket}: the server gave no creation time (${info.created})`);
+  return ms;
+}
+
+/**
+ * The failure of a KV request to a bucket that no longer exists: a read answers "stream not found", a
+ * write "no responders" (which the client reports as JetStream not enabled; also what a cluster
+ * without JetStream answers). The caller opens the bucket again (creating it when it is missing).
+ */
+export function isBucketGone(err: unknown): boolean {
+  return isApiCode(err, JetStreamApiCodes.StreamNotFound) || (err instanceof Error && err.name === "JetStreamNotEnabled");
 }
 
 /**

@@ -6,7 +6,7 @@ import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { isApiCode } from "../nats/durable-consumer.js";
-import { openGroupBucket } from "./bucket.js";
+import { bucketIncarnation, isBucketGone, openGroupBucket } from "./bucket.js";
 import { compileLeaseOptions } from "./types.js";
 import type { CompiledLeaseOptions, LeaseOptions, LeaseState, LeaseValue } from "./types.js";
 
@@ -29,6 +29,10 @@ interface Waiter {
  *   renewMs/2. A contender can only take over that leaseMs after it *received* the last revision, which
  *   is after that send: the two intervals never overlap, whatever the wall clocks say, and whatever
  *   `group.lease` each member runs with.
+ * - Incarnation: the bucket's creation time. A bucket deleted and created again restarts its revisions,
+ *   so the epoch is only meaningful with it (the guard's fence compares it first). A member that sees the
+ *   bucket re-created under it stops owning at once and takes no key in the new bucket until the longest
+ *   lease it has seen has passed (an owner that has not noticed yet has stopped by then).
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
@@ -48,6 +52,13 @@ export class LinkLease {
   private deadlineTimer: NodeJS.Timeout | undefined;
   /** The revision a contender last saw, the local time it first saw it (its expiry clock), and the lease duration it stored. */
   private observed: { revision: number; at: number; leaseMs: number } | undefined;
+  /** The incarnation (creation time) of the bucket as this member last read it; of the held lease. */
+  private knownIncarnation: number | undefined;
+  private heldIncarnation: number | undefined;
+  /** Own clock when this member saw the bucket re-created: it takes no key until `holdOffMs()` later. */
+  private recreatedAt: number | undefined;
+  /** The longest lease duration this member has seen stored (its own at least). */
+  private longestLeaseMs: number;
   /** `holder/leaseMs` of the last lease judged by a stored duration other than this member's (logged once). */
   private foreignLease: string | undefined;
   private run: { abort: AbortController; done: Promise<void> } | undefined;
@@ -74,6 +85,7 @@ export class LinkLease {
   constructor(options: LeaseOptions) {
     this.opts = compileLeaseOptions(options);
     this.now = this.opts.now;
+    this.longestLeaseMs = this.opts.leaseMs;
     this.logger = options.logger.child({ bucket: this.opts.bucket, key: this.opts.key, owner: this.opts.owner });
   }
 
@@ -128,6 +140,14 @@ export class LinkLease {
   /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
   get epoch(): number | undefined {
     return this.heldEpoch;
+  }
+
+  /**
+   * The incarnation (creation time, ms) of the bucket the epoch is a revision of; set with `epoch`. The
+   * guard's fence compares it before the epoch: a new bucket's revisions start again at 1.
+   */
+  get incarnation(): number | undefined {
+    return this.heldEpoch === undefined ? undefined : this.heldIncarnation;
   }
 
   /**
@@ -252,6 +272,7 @@ export class LinkLease {
   private forget(): void {
     this.revision = 0;
     this.heldEpoch = undefined;
+    this.heldIncarnation = undefined;
   }
 
   private async loop(signal: AbortSignal): Promise<void> {
@@ -272,6 +293,8 @@ export class LinkLease {
         backoff.reset();
       } catch (err) {
         if (signal.aborted) break;
+        // The bucket is gone (deleted, or an R1 bucket lost): the next step opens it again, creating it.
+        if (isBucketGone(err)) this.dropBucket();
         this.trouble(err);
         // An owner retries on its renewal schedule (renewOnce moved nextRenewAt); others back off.
         if (this.current !== "owner") await this.nap(backoff.next(), signal);
@@ -311,14 +334,25 @@ export class LinkLease {
 
   /** Until the next contender step: the next poll, or the moment the observed lease would expire if sooner. */
   private contendWaitMs(): number {
+    if (this.recreatedAt !== undefined) {
+      const holdOffLeft = this.recreatedAt + this.holdOffMs() - this.now();
+      return Math.max(1, Math.min(this.opts.pollMs, holdOffLeft + 1));
+    }
     const seen = this.observed;
     if (!seen || !this.eligible) return this.opts.pollMs;
     const expiresIn = seen.at + seen.leaseMs - this.now();
     return Math.max(1, Math.min(this.opts.pollMs, expiresIn + 1));
   }
 
-  /** A free or expired lease: taken by an eligible member at once, by another after a further leaseMs. */
+  /**
+   * A free or expired lease: taken by an eligible member at once, by another after a further leaseMs;
+   * by none while the bucket was just re-created (see `noteIncarnation`).
+   */
   private mayTake(seenAt: number): boolean {
+    if (this.recreatedAt !== undefined) {
+      if (seenAt - this.recreatedAt < this.holdOffMs()) return false;
+      this.recreatedAt = undefined;
+    }
     if (this.eligible) return true;
     this.vacantSince ??= seenAt;
     return seenAt - this.vacantSince >= this.opts.leaseMs;
@@ -329,6 +363,10 @@ export class LinkLease {
   }
 
   private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal, resumes = false): Promise<boolean> {
+    // The revision is an epoch of the bucket's incarnation of the moment: read it before and after the
+    // write. Equal, the write went to that bucket; a bucket re-created meanwhile is not acquired in.
+    const incarnation = await this.readIncarnation(kv);
+    if (this.noteIncarnation(incarnation) || signal.aborted) return false;
     const sentAt = this.now();
     let revision: number;
     try {
@@ -344,8 +382,10 @@ export class LinkLease {
     }
     this.revision = revision; // even when stopping: release() must delete what we just wrote
     this.observed = undefined;
+    if (this.noteIncarnation(await this.readIncarnation(kv))) return false;
     if (signal.aborted) return false;
     this.heldEpoch = revision;
+    this.heldIncarnation = incarnation;
     this.extend(sentAt);
     this.otherHolder = undefined;
     this.resumedOwn = resumes;
@@ -462,20 +502,67 @@ export class LinkLease {
   }
 
   private async bucket(): Promise<KV> {
-    this.kv ??= await openGroupBucket({
+    if (this.kv) return this.kv;
+    const kv = await openGroupBucket({
       nc: this.opts.nc,
       domain: this.opts.domain,
       bucket: this.opts.bucket,
       timeoutMs: this.opts.requestTimeoutMs,
       replicas: this.opts.replicas,
     });
-    return this.kv;
+    this.noteIncarnation(await this.readIncarnation(kv));
+    this.kv = kv;
+    return kv;
+  }
+
+  /** Forgets the opened bucket (it is gone): the next step opens it again, and the watch starts over. */
+  private dropBucket(): void {
+    if (!this.kv) return;
+    this.kv = undefined;
+    this.watcher?.stop();
+    this.watcher = undefined;
+    this.logger.warn({ state: this.current }, "the group bucket is gone: opening it again (created when missing)");
+  }
+
+  private async readIncarnation(kv: KV): Promise<number> {
+    try {
+      return await bucketIncarnation(kv);
+    } catch (err) {
+      if (isBucketGone(err)) this.dropBucket();
+      throw err;
+    }
+  }
+
+  /**
+   * The bucket's incarnation as just read. Another than the one this member knew: the bucket was
+   * deleted and created again, so its revisions (epochs) start over. An owner stops at once; nobody
+   * takes a key in it until the longest lease seen has passed (an owner of the old bucket that has not
+   * noticed stops by its own deadline first). Returns whether it changed.
+   */
+  private noteIncarnation(incarnation: number): boolean {
+    const known = this.knownIncarnation;
+    this.knownIncarnation = incarnation;
+    if (known === undefined || known === incarnation) return false;
+    this.recreatedAt = this.now();
+    this.observed = undefined;
+    this.logger.warn(
+      { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.holdOffMs() },
+      "the group bucket was re-created: its revisions start over; no lease is taken in it for the longest lease seen",
+    );
+    this.lose("the group bucket was re-created");
+    return true;
+  }
+
+  private holdOffMs(): number {
+    return this.longestLeaseMs;
   }
 
   /** The lease duration a value stored (its writer's `group.lease`); this member's own when it has none. */
   private storedLeaseMs(value: LeaseValue | undefined): number {
     const ms = value?.leaseMs;
-    return typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : this.opts.leaseMs;
+    const stored = typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : this.opts.leaseMs;
+    this.longestLeaseMs = Math.max(this.longestLeaseMs, stored);
+    return stored;
   }
 
   /** Logs (once per holder and duration) a lease judged by a stored duration other than this member's. */

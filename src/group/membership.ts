@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { forgetKey, listKeys, openGroupBucket } from "./bucket.js";
+import { forgetKey, isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
 import type { PlacementMember } from "./placement.js";
 
 /** Member keys live under this prefix in the group bucket, beside the leases. */
@@ -74,6 +74,7 @@ export class GroupMembership {
   private live: readonly MemberView[] = [];
   /** `id lease/renew` of the members whose settings differ from this one's, as last logged. */
   private mismatchLogged = "";
+  private stopWatch: (() => void) | undefined;
   /** Own key written within the lease: this member can see and be seen. */
   private ownWrittenAt = -Infinity;
   private readonly listeners: ((members: readonly MemberView[], changed: boolean) => void)[] = [];
@@ -174,6 +175,11 @@ export class GroupMembership {
         if (signal.aborted) break;
         if (!troubled) this.logger.warn({ err: toRelayError(err).message }, "group bucket unreachable: this member cannot see the group");
         troubled = true;
+        if (isBucketGone(err)) {
+          // Deleted (or an R1 bucket lost): open it again (created when missing), and watch the new one.
+          this.kv = undefined;
+          this.stopWatch?.();
+        }
         this.update();
         await sleep(backoff.next(), signal);
       }
@@ -208,6 +214,7 @@ export class GroupMembership {
     (async () => {
       const iter = await kv.watch({ key: `${MEMBER_PREFIX}.>`, include: KvWatchInclude.UpdatesOnly });
       const detach = stopOnAbort(iter, this.abort.signal);
+      this.stopWatch = () => iter.stop();
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
@@ -225,7 +232,10 @@ export class GroupMembership {
       }
     })()
       .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "group watch ended"))
-      .finally(() => (this.watching = false));
+      .finally(() => {
+        this.watching = false;
+        this.stopWatch = undefined;
+      });
   }
 
   /** Reads every member key; tracks when each revision was first seen. */

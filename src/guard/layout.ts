@@ -26,7 +26,8 @@ import { createHash, hash } from "node:crypto";
  *                                  The previous layout's name: an id it left "d" (done) is honoured
  *   relay:{T}:v:<h>                hash: versions, field = 8 bytes of the entity digest, value =
  *                                  the version; no TTL
- *   relay:{T}:epoch:<fence>        the newest lease epoch seen for a link, per group, no TTL
+ *   relay:{T}:epoch:<fence>        the newest lease epoch seen for a link, per group, no TTL (a
+ *                                  number, as relays before lease-bucket incarnations wrote it)
  *   relay:{<scope>}:ver:<entity>   the previous layout's version key: read, and advanced when it
  *                                  exists, never created
  *
@@ -51,8 +52,10 @@ import { createHash, hash } from "node:crypto";
  *
  * The directory `relay:{T}:meta` holds, per live bucket, `b<bucket id>` = "<F>,<start>,<end>,
  * <expires at>" (Redis server time, ms; the bucket id is its start), `c` = the current bucket, `n` =
- * ids committed to it, `v` = a counter bumped on every change, and `vf` = the version fan-out
- * (written once per group; the scope keeps it). The client caches the directory and passes `v`; a
+ * ids committed to it, `v` = a counter bumped on every change, `vf` = the version fan-out
+ * (written once per group; the scope keeps it), and `inc:<fence key>` = the incarnation (creation
+ * time, ms) of the lease bucket that fence's epoch is a revision of (lua.ts FENCE; not a directory
+ * change: `v` stays). The client caches the directory and passes `v`; a
  * script that sees another `v` changes nothing and answers "M", and the client reloads and retries.
  */
 

@@ -17,7 +17,7 @@
  * epoch fence) is written with replication on. After a failover, the new primary has no claims: the
  * commits of batches claimed before it count as "claims expired before commit", nothing more.
  *
- * Two replies change nothing and ask the client to act: {'F', newest} (the caller's lease epoch is
+ * Two replies change nothing and ask the client to act: {'F', newest} (the caller's lease token is
  * older than the newest the group has seen: fenced) and {'M'} (the caller's copy of the bucket
  * directory is out of date: reload and retry).
  *
@@ -75,16 +75,39 @@ end
 `;
 
 /**
- * The lease-epoch fence of the group, first thing in claim and commit: ARGV[1] is the caller's epoch
- * ("" when it has none), KEYS[2] the group's fence key. An epoch older than the newest seen returns
- * {'F', newest} and changes nothing; a newer one becomes the newest.
+ * The lease-epoch fence of the group, first thing in claim and commit: ARGV[1] is the caller's lease
+ * token, "<incarnation>:<epoch>" ("<epoch>" from a caller without an incarnation, "" when it has none);
+ * KEYS[2] is the group's fence key (the newest epoch, as it always was), KEYS[1] the directory, whose
+ * field "inc:<fence key>" holds the incarnation (lease bucket creation time, ms) that epoch belongs to.
+ * The incarnation is compared first: an older one returns {'F', "<incarnation>:<newest>"}; a newer one
+ * (the bucket was re-created: its revisions start again at 1) becomes the fence's, and the epoch is
+ * compared with nothing. A fence without the field (written before incarnations) counts as the oldest
+ * incarnation. Then the epoch: older than the newest returns {'F', newest} and changes nothing; newer
+ * becomes the newest. A token without an incarnation compares epochs only and leaves the field alone.
+ * Relays before incarnations read the fence key as before (a number) and never see the field.
  */
 const FENCE = `
 if ARGV[1] ~= '' then
-  local newest = tonumber(redis.call('GET', KEYS[2]) or '0')
-  local epoch = tonumber(ARGV[1])
-  if epoch < newest then return {'F', tostring(newest)} end
-  if epoch > newest then redis.call('SET', KEYS[2], ARGV[1]) end
+  local token = ARGV[1]
+  local sep = string.find(token, ':', 1, true)
+  local epochRaw = sep and string.sub(token, sep + 1) or token
+  local epoch = tonumber(epochRaw)
+  local newestRaw = redis.call('GET', KEYS[2]) or '0'
+  local newest = tonumber(newestRaw)
+  if sep then
+    local field = 'inc:' .. KEYS[2]
+    local incRaw = string.sub(token, 1, sep - 1)
+    local knownRaw = redis.call('HGET', KEYS[1], field) or '0'
+    local inc = tonumber(incRaw)
+    local known = tonumber(knownRaw)
+    if inc < known then return {'F', knownRaw .. ':' .. newestRaw} end
+    if inc > known then
+      redis.call('HSET', KEYS[1], field, incRaw)
+      newest = 0
+    end
+  end
+  if epoch < newest then return {'F', newestRaw} end
+  if epoch > newest then redis.call('SET', KEYS[2], epochRaw) end
 end
 `;
 

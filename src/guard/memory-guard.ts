@@ -1,10 +1,11 @@
 import type { Logger } from "pino";
 import type { GuardConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
+import { FenceRefusals, describeToken, leaseToken, newerToken } from "./fence.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
 import { DONE_VALUE, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
-import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardFence, GuardItem } from "./types.js";
 
 /**
  * A few Redis string commands in process memory (GET, SET with PX, DEL), with lazy expiry. Several
@@ -78,6 +79,7 @@ export class MemoryGuard implements Guard {
   readonly store: MemoryGuardStore;
   readonly keys: GuardKeys;
   private readonly nextToken = tokenSource();
+  private readonly refusals = new FenceRefusals();
 
   constructor(
     private readonly config: Pick<GuardConfig, "idTtlMs" | "claimTtlMs">,
@@ -96,7 +98,7 @@ export class MemoryGuard implements Guard {
 
   async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     checkIds(items);
-    this.fence("claim", opts.epoch);
+    this.fence("claim", opts);
     this.store.sweep(this.config.claimTtlMs);
     const token = retryToken ?? this.nextToken();
     const mine = claimValue(token);
@@ -146,7 +148,7 @@ export class MemoryGuard implements Guard {
 
   async commit(items: readonly ClaimedItem[], opts: CommitOptions = {}): Promise<void> {
     checkIds(items);
-    this.fence("commit", opts.epoch);
+    this.fence("commit", opts);
     let lost = 0;
     for (const item of items) {
       const key = this.keys.id(item.id);
@@ -166,15 +168,37 @@ export class MemoryGuard implements Guard {
     }
   }
 
-  /** lua.ts `fence`: an older epoch than the newest seen is refused; a newer one becomes the newest. */
-  private fence(op: string, epoch: number | undefined): void {
-    if (epoch === undefined) return;
+  /** The LEASE_FENCED refusals since the last claim or commit that passed the fence. */
+  get fenced(): GuardFence | undefined {
+    return this.refusals.fenced;
+  }
+
+  /**
+   * lua.ts `FENCE`: the incarnation first (an older one is refused, a newer one resets the epoch), then
+   * the epoch (an older one is refused; a newer one becomes the newest).
+   */
+  private fence(op: string, opts: ClaimOptions | CommitOptions): void {
+    const token = leaseToken(opts);
+    if (token === undefined) return;
     const key = `${this.keys.prefix}epoch:${this.deps.fence ?? this.deps.linkName}`;
-    const newest = Number(this.store.get(key) ?? "0");
-    if (epoch < newest) {
-      throw new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: lease epoch ${epoch} is older than epoch ${newest} of the relay that owns the link now`);
+    let newest = Number(this.store.get(key) ?? "0");
+    let known: number | undefined;
+    if (token.incarnation !== undefined) {
+      known = Number(this.store.get(`${key}:inc`) ?? "0");
+      if (token.incarnation > known) {
+        this.store.set(`${key}:inc`, String(token.incarnation));
+        known = token.incarnation;
+        newest = 0;
+      }
     }
-    if (epoch > newest) this.store.set(key, String(epoch));
+    const seen = { epoch: newest, ...(known !== undefined ? { incarnation: known } : {}) };
+    if (newerToken(seen, token)) {
+      const err = new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: lease ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`);
+      this.refusals.failed(opts, err);
+      throw err;
+    }
+    this.refusals.passed(opts);
+    if (token.epoch > newest) this.store.set(key, String(token.epoch));
   }
 
   async release(items: readonly ClaimedItem[]): Promise<void> {

@@ -1,6 +1,7 @@
 import type { Logger } from "pino";
 import type { GuardConfig, RedisGuardConnection } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
+import { FenceRefusals } from "./fence.js";
 import { checkIds, tokenSource } from "./items.js";
 import { CLUSTER_GROUPS, DEFAULT_EXPECTED_ENTITIES } from "./layout.js";
 import { LayoutClient } from "./redis-layout.js";
@@ -18,7 +19,7 @@ import type { GuardPersistence, GuardRedisClient, PersistenceReport, RedisTuning
 import { heldByEarlierRelay, markerGroups, markerKey, readMarker as readScopeEntry, writeMarker as writeScopeEntry } from "./marker.js";
 import { evictionFinding, persistenceFinding, replicationFinding, summarize } from "./safety.js";
 import { readEviction, readReplication } from "./safety-probe.js";
-import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardItem } from "./types.js";
+import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardFence, GuardItem } from "./types.js";
 import type { GuardMarkerEntry, GuardMarkerMark, GuardSafety } from "./types.js";
 
 export interface RedisGuardDeps {
@@ -49,6 +50,7 @@ export class RedisGuard implements Guard {
   private readonly tuning: RedisTuning;
   private readonly log: Logger;
   private readonly nextToken = tokenSource();
+  private readonly refusals = new FenceRefusals();
   private down = false;
   private stopping = false;
   private lastSafety: GuardSafety | undefined;
@@ -268,16 +270,35 @@ export class RedisGuard implements Guard {
     return this.deps.fence ?? this.deps.linkName;
   }
 
+  /** The LEASE_FENCED refusals since the last claim or commit that passed the fence. */
+  get fenced(): GuardFence | undefined {
+    return this.refusals.fenced;
+  }
+
   async claim(items: readonly GuardItem[], retryToken?: string, opts: ClaimOptions = {}): Promise<ClaimResult[]> {
     if (items.length === 0) return [];
     checkIds(items);
-    return this.layout.claim(items, retryToken ?? this.nextToken(), opts);
+    try {
+      const results = await this.layout.claim(items, retryToken ?? this.nextToken(), opts);
+      this.refusals.passed(opts);
+      return results;
+    } catch (err) {
+      this.refusals.failed(opts, err);
+      throw err;
+    }
   }
 
   async commit(items: readonly ClaimedItem[], opts: CommitOptions = {}): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);
-    const lost = await this.layout.commit(items, opts);
+    let lost: number;
+    try {
+      lost = await this.layout.commit(items, opts);
+      this.refusals.passed(opts);
+    } catch (err) {
+      this.refusals.failed(opts, err);
+      throw err;
+    }
     if (lost > 0) {
       // Published after the claim expired: another relay may have published it too (the broker's
       // duplicate window is then the only protection). The claim TTL is too short for this link.

@@ -24,6 +24,8 @@ import {
   VERSIONS_LUA,
   claimValue,
 } from "./lua.js";
+import { describeToken, fenceArg, leaseToken, newerToken } from "./fence.js";
+import type { LeaseToken } from "./fence.js";
 import type { GuardRedisClient } from "./redis-connection.js";
 import { FramePool, GuardScript, ScriptArgs, ScriptCommand, isNoScript } from "./script-call.js";
 import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, GuardItem } from "./types.js";
@@ -94,8 +96,8 @@ interface VersionRecord {
 class GroupState {
   dir: Directory | undefined;
   loading: Promise<Directory> | undefined;
-  /** The newest lease epoch this group accepted from us. */
-  epoch = -Infinity;
+  /** The newest lease token this group accepted from us. */
+  token: LeaseToken | undefined;
   private prefixes = new Map<string, Buffer>();
 
   constructor(readonly keys: GroupKeys) {}
@@ -139,7 +141,7 @@ export class LayoutClient {
     // On Redis Cluster an entity's version lives in its own group: read them first (see lua.ts).
     const floors =
       this.o.groups > 1 && prepared.some((p) => p.entity) ? await this.readVersions(prepared) : undefined;
-    const groups = this.groupsToCall(byGroup.keys(), opts.epoch);
+    const groups = this.groupsToCall(byGroup.keys(), leaseToken(opts));
     const settled = await Promise.allSettled(
       groups.map((g) => this.claimGroup(g, byGroup.get(g) ?? [], token, opts, floors)),
     );
@@ -202,7 +204,7 @@ export class LayoutClient {
       }
       const versioned = entities.size > 0;
       args
-        .arg(opts.epoch === undefined ? "" : opts.epoch)
+        .arg(fenceArg(leaseToken(opts)))
         .arg(dir.version)
         .arg(claimValue(token))
         .arg(items.length)
@@ -219,9 +221,9 @@ export class LayoutClient {
         .binaryArg(inline ? [...entities.keys()].map((e) => entityField(e.digest)).join("") : "")
         .arg(inline ? "" : [...entities.keys()].map((e) => `${floors.get(e.name) ?? ""}\n`).join(""));
       const reply = await this.send("claim", SCRIPTS.claim, args, false);
-      this.checkFence("claim", reply, opts.epoch);
+      this.checkFence("claim", reply, leaseToken(opts));
       if (this.directoryChanged(st, reply, attempt)) continue;
-      if (opts.epoch !== undefined) st.epoch = Math.max(st.epoch, opts.epoch);
+      this.accepted(st, leaseToken(opts));
       const [codes, against] = reply as [string, string];
       const stored = against === "" ? undefined : against.split("\n");
       return items.map((_, i) => {
@@ -292,7 +294,7 @@ export class LayoutClient {
         push(records, 0, { entity, version, flags: "l" });
       }
     }
-    const groups = this.groupsToCall([...byGroup.keys(), ...records.keys()], opts.epoch);
+    const groups = this.groupsToCall([...byGroup.keys(), ...records.keys()], leaseToken(opts));
     const settled = await Promise.allSettled(
       groups.map((g) => this.commitGroup(g, byGroup.get(g) ?? [], records.get(g) ?? [], opts)),
     );
@@ -335,7 +337,7 @@ export class LayoutClient {
         if (r.flags !== "h") args.keyWithText(keys.legacyVersionPrefix, r.entity.name);
       }
       args
-        .arg(opts.epoch === undefined ? "" : opts.epoch)
+        .arg(fenceArg(leaseToken(opts)))
         .arg(dir.version)
         .arg(items.length)
         .arg(records.length)
@@ -352,9 +354,9 @@ export class LayoutClient {
         .arg(this.minFanout);
       const writes = items.length > 0 || records.length > 0;
       const reply = await this.send("commit", SCRIPTS.commit, args, writes && this.o.waitReplicas > 0);
-      this.checkFence("commit", reply, opts.epoch);
+      this.checkFence("commit", reply, leaseToken(opts));
       if (this.directoryChanged(st, reply, attempt)) continue;
-      if (opts.epoch !== undefined) st.epoch = Math.max(st.epoch, opts.epoch);
+      this.accepted(st, leaseToken(opts));
       const [lost, , version] = reply as [number, number, string];
       // A bucket this batch closed: reload before the next call rather than have it answer "M".
       if (items.length > 0 && version !== dir.version) st.dir = undefined;
@@ -408,14 +410,19 @@ export class LayoutClient {
   }
 
   /**
-   * The groups a call goes to: those with items, and, when the caller has a lease epoch newer than
+   * The groups a call goes to: those with items, and, when the caller has a lease token newer than
    * one a group has accepted from us, every other group too (with no items): each group fences on
    * its own, so a paused ex-owner must be refused in the groups this batch does not touch as well.
    */
-  private groupsToCall(present: Iterable<number>, epoch: number | undefined): number[] {
+  private groupsToCall(present: Iterable<number>, token: LeaseToken | undefined): number[] {
     const groups = new Set(present);
-    if (epoch !== undefined) this.state.forEach((st, g) => st.epoch < epoch && groups.add(g));
+    if (token !== undefined) this.state.forEach((st, g) => (st.token === undefined || newerToken(token, st.token)) && groups.add(g));
     return [...groups].sort((a, b) => a - b);
+  }
+
+  /** A group accepted `token` (a call under it passed its fence). */
+  private accepted(st: GroupState, token: LeaseToken | undefined): void {
+    if (token !== undefined && (st.token === undefined || newerToken(token, st.token))) st.token = token;
   }
 
   /** The group's directory (loaded when not cached); `withVersions`: with its version fan-out set. */
@@ -451,12 +458,15 @@ export class LayoutClient {
     return true;
   }
 
-  /** A script that answered {'F', newest}: the caller's lease epoch is older than one the guard has seen. */
-  private checkFence(op: string, reply: unknown, epoch: number | undefined): void {
+  /** A script that answered {'F', newest}: the caller's lease token is older than one the guard has seen. */
+  private checkFence(op: string, reply: unknown, token: LeaseToken | undefined): void {
     if (!Array.isArray(reply) || reply[0] !== FENCED_REPLY) return;
+    const newest = String(reply[1]);
+    const sep = newest.indexOf(":");
+    const seen: LeaseToken = sep < 0 ? { epoch: Number(newest) } : { incarnation: Number(newest.slice(0, sep)), epoch: Number(newest.slice(sep + 1)) };
     throw new RelayError(
       ErrorCodes.LEASE_FENCED,
-      `link ${this.o.linkName}: guard ${op} refused: lease epoch ${epoch} is older than epoch ${String(reply[1])} of the relay that owns the link now`,
+      `link ${this.o.linkName}: guard ${op} refused: lease ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`,
     );
   }
 

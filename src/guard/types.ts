@@ -1,3 +1,5 @@
+import type { RelayError } from "../errors.js";
+
 /**
  * The consumer-side guard (DESIGN §3): an id seen-set with claim → commit/release, and a per-entity
  * monotonic version. The link calls it once per batch for claims and once per batch for commits.
@@ -36,11 +38,29 @@ export interface ClaimOptions {
   readonly takeover?: boolean;
   /** The caller's lease epoch: refused (LEASE_FENCED) when the guard has seen a newer one for the link. */
   readonly epoch?: number;
+  /**
+   * The incarnation (creation time, ms) of the lease bucket `epoch` is a revision of. Compared before
+   * the epoch: a newer incarnation (the bucket was re-created, its revisions start over) resets the
+   * fence to this epoch, an older one is refused. Without it only epochs are compared.
+   */
+  readonly incarnation?: number;
 }
 
 export interface CommitOptions {
   /** As in ClaimOptions: a commit under an older epoch than the guard has seen is refused, nothing written. */
   readonly epoch?: number;
+  readonly incarnation?: number;
+}
+
+/** The guard's refusals of a lease token (LEASE_FENCED) since the last call that passed its fence. */
+export interface GuardFence {
+  readonly epoch: number;
+  readonly incarnation: number | undefined;
+  /** Refused calls in a row (claims and commits). */
+  readonly refusals: number;
+  /** Wall time (ms) of the first refusal of the streak. */
+  readonly since: number;
+  readonly error: RelayError;
 }
 
 export interface ClaimedItem extends GuardItem {
@@ -86,6 +106,12 @@ export interface GuardMarkerEntry {
 
 export interface Guard {
   readonly kind: "none" | "memory" | "redis";
+  /**
+   * Set while the guard refuses the caller's lease token (every claim and commit answered LEASE_FENCED
+   * since the first refusal); cleared by the next call that passes the fence. A link that holds a valid
+   * lease and is refused cannot commit anything: it is paused and not ready (GuardWatch).
+   */
+  readonly fenced?: GuardFence | undefined;
   /** Connects and checks persistence. Rejects with GUARD_NOT_DURABLE under `strict`. */
   start(): Promise<void>;
   /**

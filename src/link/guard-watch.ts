@@ -56,6 +56,9 @@ export interface GuardWatchDeps {
  *   although the link has history (GUARD_STATE_LOST: paused until an operator resumes or resyncs).
  * - Settings: `relay_guard_unsafe{reason}` from the guard's checks at start and every minute; under
  *   `guard.strict` an unsafe finding pauses the link until it is fixed.
+ * - The lease fence: a guard that keeps refusing the lease this relay holds (LEASE_FENCED while the
+ *   lease is valid) leaves the link unable to commit: it is paused (not ready) with `relay_guard_fenced`
+ *   1 until a call passes the fence.
  *
  * Lifecycle: `start()` once (it keeps trying in the background while the guard is unreachable; `ready`
  * resolves when it started), `poll()` on the link's poll, `stop` by the link's abort signal.
@@ -72,9 +75,12 @@ export class GuardWatch {
   private unsafe = false;
   private lastSafetyCheck = 0;
   private safetyCheck: Promise<void> | undefined;
+  /** The link is paused because the guard refuses the lease it holds (see `watchFence`). */
+  private fencedTrouble = false;
 
   constructor(private readonly deps: GuardWatchDeps) {
     if (deps.guard.readMarker) this.state = "unverified";
+    if (deps.guard.kind !== "none") deps.metrics.guardFenced.set({ link: deps.config.name }, 0);
     deps.guard.onRestored?.(() => this.restored());
   }
 
@@ -130,6 +136,7 @@ export class GuardWatch {
   /** On every poll: the marker (cheap: one HGET) while this relay works the link, and the settings every minute. */
   poll(): void {
     if (this.deps.signal.aborted) return;
+    this.watchFence();
     const guard = this.deps.guard;
     if (guard.readMarker && this.deps.jsm() && this.deps.working()) void this.verify("poll");
     if (guard.checkSafety && !this.safetyCheck && Date.now() - this.lastSafetyCheck >= GUARD_SAFETY_CHECK_MS) {
@@ -142,6 +149,35 @@ export class GuardWatch {
           (err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message }, "guard settings check failed"),
         )
         .finally(() => (this.safetyCheck = undefined));
+    }
+  }
+
+  /**
+   * A link that holds a valid lease and whose claims and commits the guard refuses under that very
+   * lease (LEASE_FENCED, at least twice in a row) cannot commit anything, and nothing tells it to stop
+   * trying: a fence from a lease it does not know (another relay of the group working the link under a
+   * newer lease, or one left behind by a bucket whose clock ran ahead). It is paused, and not ready,
+   * with `relay_guard_fenced` 1, until a call passes the fence or the lease changes. An ex-owner's
+   * refusals never count here: its lease is no longer valid.
+   */
+  private watchFence(): void {
+    const { guard, lease, metrics, config, logger, events } = this.deps;
+    const fence = guard.fenced;
+    const stuck =
+      fence !== undefined && fence.refusals >= 2 && lease.valid() && fence.epoch === lease.epoch && fence.incarnation === lease.incarnation;
+    if (stuck === this.fencedTrouble) return;
+    this.fencedTrouble = stuck;
+    metrics.guardFenced.set({ link: config.name }, stuck ? 1 : 0);
+    if (fence !== undefined && stuck) {
+      const message =
+        `fenced (LEASE_FENCED) although this relay holds the link's lease: it commits and acks nothing while the guard ` +
+        `refuses it (${fence.refusals} refusals since ${new Date(fence.since).toISOString()}; ${fence.error.message})`;
+      logger.error({ code: ErrorCodes.LEASE_FENCED, epoch: fence.epoch, incarnation: fence.incarnation, refusals: fence.refusals }, message);
+      events.trouble("guard", new RelayError(ErrorCodes.LEASE_FENCED, message));
+    } else {
+      logger.info({ epoch: lease.epoch }, "the guard no longer refuses this relay's lease");
+      events.clear("guard");
+      events.resume();
     }
   }
 

@@ -202,6 +202,7 @@ export class Link {
       markers: this.destination.markers(),
       owns: () => deps.lease.valid() && this.guardWatch.ok,
       epoch: () => deps.lease.epoch,
+      incarnation: () => deps.lease.incarnation,
       events: {
         publishTrouble: (err) => this.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),
         guardTrouble: (err) => this.trouble("guard", err),

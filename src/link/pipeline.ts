@@ -81,6 +81,8 @@ export interface PipelineDeps {
    * pause cannot commit after another relay took over.
    */
   readonly epoch?: () => number | undefined;
+  /** The incarnation of the lease bucket the epoch is a revision of: the guard compares it first. */
+  readonly incarnation?: () => number | undefined;
 }
 
 /**
@@ -943,9 +945,10 @@ export class Pipeline {
     this.head = 0;
   }
 
-  private epochOption(): { epoch?: number } {
+  private epochOption(): { epoch?: number; incarnation?: number } {
     const epoch = this.deps.epoch?.();
-    return epoch === undefined ? {} : { epoch };
+    const incarnation = this.deps.incarnation?.();
+    return epoch === undefined ? {} : { epoch, ...(incarnation !== undefined ? { incarnation } : {}) };
   }
 
   private guardFailed(err: unknown): void {

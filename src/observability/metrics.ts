@@ -219,6 +219,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "Live members of this relay's group whose group.lease or group.renew differ from this relay's (each lease is judged by the duration its owner stored; 0 once a rolling restart is done)",
       registers,
     }),
+    guardFenced: new Gauge({
+      name: "relay_guard_fenced",
+      help: "1 while the guard refuses the lease epoch this relay holds the link under (LEASE_FENCED although the lease is valid): the link commits nothing, is paused and not ready",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     connectionUp: new Gauge({
       name: "relay_connection_up",
       help: "1 while the relay's connection is connected, 0 while it connects or reconnects; role local (its own region: publishes), remote (a source region), ownership (its own region: leases and membership only)",

@@ -143,6 +143,32 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual(decisions(await exOwner.claim([{ id: "m3" }])), ["relay"]);
     });
 
+    test("a lease bucket re-created: its incarnation is compared before the epoch (a newer one resets the fence, an older one is refused); a fence from before incarnations is the oldest", async () => {
+      const s = makeSpace();
+      const [oldOwner, newOwner] = [await s.guard(), await s.guard()];
+      const fenced = (re: RegExp) => (err: unknown) => isRelayError(err, "LEASE_FENCED") && re.test(err.message);
+      const refusals = (g: Guard) => g.fenced?.refusals;
+      // A fence written without an incarnation (relays before it): any incarnation is newer.
+      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i0" }], undefined, { epoch: 700 })), ["relay"]);
+      // Epoch 500 of the bucket created at 1 s, then the bucket re-created at 2 s: its revisions start over.
+      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i1" }], undefined, { epoch: 500, incarnation: 1_000 })), ["relay"]);
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i2" }], undefined, { epoch: 3, incarnation: 2_000 })), ["relay"]);
+      assert.equal(refusals(newOwner), undefined);
+      // The old bucket's epochs are refused now, however high; nothing is claimed or committed.
+      const older = fenced(/epoch 900 of lease bucket 1970-01-01T00:00:01\.000Z is older than epoch 3 of lease bucket 1970-01-01T00:00:02\.000Z/);
+      await assert.rejects(oldOwner.claim([{ id: "i3" }], undefined, { epoch: 900, incarnation: 1_000 }), older);
+      await assert.rejects(oldOwner.commit([{ id: "i1", token: "t" }], { epoch: 900, incarnation: 1_000 }), older);
+      assert.equal(await s.id("i3"), null);
+      assert.notEqual(await s.id("i1"), "d");
+      assert.equal(refusals(oldOwner), 2, "the guard counts the refusals of that token");
+      assert.equal(oldOwner.fenced?.epoch, 900);
+      // Within the new bucket, epochs compare as they always did.
+      await assert.rejects(newOwner.claim([{ id: "i3" }], undefined, { epoch: 2, incarnation: 2_000 }), fenced(/epoch 2 of .* is older than epoch 3 of/));
+      assert.equal(refusals(newOwner), 1);
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i3" }], undefined, { epoch: 4, incarnation: 2_000 })), ["relay"]);
+      assert.equal(refusals(newOwner), undefined, "a call that passes the fence ends the streak");
+    });
+
     test("another instance's open claim is in-flight; release frees it; results keep input order", async () => {
       const s = makeSpace();
       const [a, b] = [await s.guard(), await s.guard()];
