@@ -1,0 +1,329 @@
+/**
+ * Sizes a link's pull window by itself, as TCP sizes its congestion window (and as native JetStream
+ * sourcing keeps enough in flight), so a link across a 200–300 ms round trip is not held to one batch
+ * per round trip.
+ *
+ * The window is the source consumer's MaxAckPending: the server delivers no more than that many unacked
+ * messages, so the window covers what is on the wire (≈ rate × RTT, the bandwidth-delay product) plus
+ * what the relay holds (received, not acked). A link whose window is smaller than rate × RTT moves one
+ * window per round trip, whatever the source and destination could do.
+ *
+ * Once a second the caller reports cumulative counters; the controller takes the delivery rate from
+ * them and decides, from where the window sits:
+ *  - "rtt": the source has a backlog and the relay holds less than half the window (the rest is on the
+ *    wire). While the window is below rate × RTT × HEADROOM (2) it doubles each observation (slow start:
+ *    when the window is what limits, rate × RTT ≈ window, so doubling is what covers it; with part of it
+ *    held in the relay it grows to rate × RTT × 2, at least ×1.25); once it covers that it stays. Without
+ *    any RTT measured it grows on the backlog signal alone (as far as the caps).
+ *  - "messages cap" / "bytes cap": growth (or a byte budget that got smaller) stopped at capMessages, or
+ *    at capBytes over the *measured* average message size (an EWMA of delivered bytes per message; the
+ *    worst-case max size only stands in before anything was delivered, if given). The bytes cap moves in
+ *    steps of ≥ 10 %, so a converging average does not nudge MaxAckPending every second.
+ *  - "destination": the relay holds at least half the window and at least half of that awaits the
+ *    destination. No growth; after DESTINATION_PERSIST observations in a row (with a backlog) the window
+ *    shrinks by SHRINK (×0.75), at most once per DESTINATION_PERSIST observations and not below
+ *    rate × RTT × 2 (the wire keeps the destination's rate, the relay as much in hand), so a slow or
+ *    refusing destination does not keep a large window waiting past the ack wait. If the rate of messages completed
+ *    (delivered − held) falls after a shrink, the window was what fed a destination that is merely far
+ *    away (latency-bound, not saturated): the shrink is undone and the window is not shrunk below that
+ *    again while the destination stays the limit (no downward spiral).
+ *  - "relay": the relay holds at least half the window but little of it awaits the destination (messages
+ *    wait inside the relay: guard, CPU). No growth: a larger window would only queue more inside.
+ *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
+ *    starts with it.
+ * The window never goes below batchSize (one pull) nor above max(batchSize, caps). `changed` is true only
+ * when the window moved by ≥ 25 % or reached/left a cap or the batchSize floor; smaller moves are not
+ * taken at all, so `window` is always what the caller last applied (MaxAckPending updates stay rare).
+ *
+ * Pure: no timers, no I/O, no globals; all time comes from the samples.
+ */
+
+export type WindowLimit = "rtt" | "bytes cap" | "messages cap" | "destination" | "relay" | "idle";
+
+export interface WindowSample {
+  /** Monotonic ms. */
+  readonly nowMs: number;
+  /** Round trip to the source server (nc.rtt()), undefined if unknown (the last known one is kept). */
+  readonly rttMs: number | undefined;
+  /** Cumulative deliveries received from the source. */
+  readonly delivered: number;
+  /** Cumulative bytes of those deliveries. */
+  readonly deliveredBytes: number;
+  /** Messages the relay holds now (received, not acked yet). */
+  readonly held: number;
+  readonly heldBytes: number;
+  /** Of those, published and waiting for the destination's PubAck, or waiting to be published because the destination is slow/refusing. */
+  readonly awaitingDestination: number;
+  /** Messages waiting at the source (consumer num_pending). */
+  readonly sourcePending: number;
+}
+
+export interface WindowDecision {
+  readonly window: number;
+  readonly limit: WindowLimit;
+  /** The window moved (≥ 25 %, or onto/off a cap or the batchSize floor): apply it as MaxAckPending. */
+  readonly changed: boolean;
+  /** Deliveries per second since the previous observation (0 on the first one). */
+  readonly ratePerSec: number;
+  /** rate × RTT × HEADROOM: the window this rate needs over this round trip (undefined without an RTT). */
+  readonly neededForRtt: number | undefined;
+  /** The largest window allowed now: max(batchSize, min(capMessages, capBytes / avgMessageBytes)). */
+  readonly cap: number;
+  /** The measured average message size (EWMA), else the prior given; undefined when neither. */
+  readonly avgMessageBytes: number | undefined;
+}
+
+export interface WindowControllerOptions {
+  /** The most messages the window may hold (MaxAckPending ceiling). */
+  readonly capMessages: number;
+  /** The most bytes the window may hold, divided by the measured average message size. */
+  readonly capBytes: number;
+  /** One pull; the window never goes below it. */
+  readonly batchSize: number;
+  /** The starting window (default 2 × batchSize), clamped to [batchSize, cap]. */
+  readonly initial?: number;
+  /** A prior for the average message size until deliveries are measured (e.g. the stream's bytes / messages). */
+  readonly avgMessageBytes?: number;
+  /** The worst case (stream max_msg_size or max_payload), used for the bytes cap only before anything was measured and without avgMessageBytes. */
+  readonly maxMessageBytes?: number;
+}
+
+/** startingWindow judges the round trip at this rate (msgs/s). */
+export const REFERENCE_RATE_PER_SEC = 10_000;
+/** The window grows until it covers rate × RTT this many times. */
+export const HEADROOM = 2;
+const GROWTH = 2;
+const SHRINK = 0.75;
+/** "Holds most of the window": held ≥ this × window. */
+const HELD_MOST = 0.5;
+/** "Most of that awaits the destination": awaitingDestination ≥ this × held. */
+const AWAITING_MOST = 0.5;
+/** Observations a destination bottleneck lasts before a shrink, and between shrinks. */
+const DESTINATION_PERSIST = 3;
+/** A completion rate below this × the rate before a shrink undoes the shrink. */
+const REVERT_RATIO = 0.85;
+/** Smaller relative moves are not taken. */
+const CHANGE_RATIO = 0.25;
+/** EWMA weights of the average message size: larger sizes are believed fast, smaller ones slowly. */
+const SIZE_ALPHA_UP = 0.5;
+const SIZE_ALPHA_DOWN = 0.25;
+/** The bytes cap follows the average size in steps of at least this much. */
+const BYTES_CAP_STEP = 0.1;
+
+const positiveInt = (n: number, name: string): number => {
+  if (!Number.isFinite(n) || n < 1) throw new RangeError(`${name} must be a positive number, got ${n}`);
+  return Math.floor(n);
+};
+
+const validSize = (n: number | undefined): number | undefined => (n !== undefined && Number.isFinite(n) && n > 0 ? n : undefined);
+
+/** How many messages of avgBytes capBytes holds (Infinity: size unknown). */
+const bytesCapOf = (capBytes: number, avgBytes: number | undefined): number => (avgBytes === undefined ? Infinity : Math.floor(capBytes / avgBytes));
+
+/** The largest window allowed, and which cap sets it. Never below batchSize. */
+function capOf(capMessages: number, byBytes: number, batchSize: number): { cap: number; capLimit: "messages cap" | "bytes cap" } {
+  const capLimit = byBytes < capMessages ? "bytes cap" : "messages cap";
+  return { cap: Math.max(batchSize, Math.min(capMessages, byBytes)), capLimit };
+}
+
+const clamp = (n: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, Math.floor(n)));
+
+const neededFor = (ratePerSec: number, rttMs: number): number => Math.ceil(((ratePerSec * rttMs) / 1000) * HEADROOM);
+
+/**
+ * The window a link starts with, and what would hold it below what the round trip needs at
+ * REFERENCE_RATE_PER_SEC (10,000 msgs/s): neededForRtt = 10,000 × RTT × HEADROOM; limit is the cap
+ * ("messages cap" / "bytes cap") when that cap is below neededForRtt, else "rtt" (the window can follow
+ * the round trip). Without rttMs, limit is the cap only when the start itself is held by it.
+ */
+export function startingWindow(opts: {
+  capMessages: number;
+  capBytes: number;
+  batchSize: number;
+  rttMs?: number;
+  avgMessageBytes?: number;
+  maxMessageBytes?: number;
+  initial?: number;
+}): { window: number; limit: WindowLimit; neededForRtt?: number; cap: number } {
+  const batchSize = positiveInt(opts.batchSize, "batchSize");
+  const byBytes = bytesCapOf(opts.capBytes, validSize(opts.avgMessageBytes) ?? validSize(opts.maxMessageBytes));
+  const { cap, capLimit } = capOf(positiveInt(opts.capMessages, "capMessages"), byBytes, batchSize);
+  const wanted = opts.initial ?? GROWTH * batchSize;
+  const window = clamp(wanted, batchSize, cap);
+  if (opts.rttMs === undefined || !Number.isFinite(opts.rttMs) || opts.rttMs < 0) return { window, limit: window < wanted ? capLimit : "rtt", cap };
+  const neededForRtt = neededFor(REFERENCE_RATE_PER_SEC, opts.rttMs);
+  return { window, limit: cap < neededForRtt ? capLimit : "rtt", neededForRtt, cap };
+}
+
+interface Baseline {
+  readonly nowMs: number;
+  readonly delivered: number;
+  readonly deliveredBytes: number;
+  /** delivered − held: messages the relay finished (acked). */
+  readonly completed: number;
+}
+
+export class WindowController {
+  private readonly capMessages: number;
+  private readonly capBytes: number;
+  private readonly batchSize: number;
+  private current: number;
+  private currentLimit: WindowLimit = "idle";
+  private avgBytes: number | undefined;
+  /** capBytes / avgBytes, moved only when that changes by ≥ BYTES_CAP_STEP (so a converging average does not move the window a little each second). */
+  private bytesCap: number;
+  private sizeMeasured = false;
+  private last: Baseline | undefined;
+  private rttMs: number | undefined;
+  private destinationStreak = 0;
+  private sinceShrink = Infinity;
+  /** The last destination shrink: the window before it and the completion rate then. */
+  private shrunk: { readonly from: number; readonly completionPerSec: number } | undefined;
+  /** A shrink that cost throughput was undone: no shrinking below this while the destination limits. */
+  private destinationFloor = 0;
+
+  constructor(opts: WindowControllerOptions) {
+    this.capMessages = positiveInt(opts.capMessages, "capMessages");
+    if (!Number.isFinite(opts.capBytes) || opts.capBytes <= 0) throw new RangeError(`capBytes must be a positive number, got ${opts.capBytes}`);
+    this.capBytes = opts.capBytes;
+    this.batchSize = positiveInt(opts.batchSize, "batchSize");
+    this.avgBytes = validSize(opts.avgMessageBytes) ?? validSize(opts.maxMessageBytes);
+    this.bytesCap = bytesCapOf(this.capBytes, this.avgBytes);
+    const start = startingWindow({ ...opts, avgMessageBytes: this.avgBytes });
+    this.current = start.window;
+    if (start.window < (opts.initial ?? GROWTH * this.batchSize)) this.currentLimit = start.limit;
+  }
+
+  get window(): number {
+    return this.current;
+  }
+
+  get limit(): WindowLimit {
+    return this.currentLimit;
+  }
+
+  observe(sample: WindowSample): WindowDecision {
+    if (sample.rttMs !== undefined && Number.isFinite(sample.rttMs) && sample.rttMs >= 0) this.rttMs = sample.rttMs;
+    const prev = this.last;
+    const completed = sample.delivered - sample.held;
+    this.last = { nowMs: sample.nowMs, delivered: sample.delivered, deliveredBytes: sample.deliveredBytes, completed };
+    // First sample, or counters that went back (a restarted link): a new baseline, no decision.
+    if (prev === undefined || sample.nowMs <= prev.nowMs || sample.delivered < prev.delivered || sample.deliveredBytes < prev.deliveredBytes) {
+      return this.decide(this.current, this.currentLimit, 0, undefined);
+    }
+    const seconds = (sample.nowMs - prev.nowMs) / 1000;
+    const deliveries = sample.delivered - prev.delivered;
+    const ratePerSec = deliveries / seconds;
+    const completionPerSec = Math.max(0, completed - prev.completed) / seconds;
+    if (deliveries > 0) this.learnSize((sample.deliveredBytes - prev.deliveredBytes) / deliveries);
+    const neededForRtt = this.rttMs === undefined ? undefined : neededFor(ratePerSec, this.rttMs);
+    const { cap, capLimit } = this.cap();
+
+    const window = this.current;
+    let next = window;
+    let limit: WindowLimit;
+    if (sample.held >= window * HELD_MOST) {
+      if (sample.awaitingDestination >= sample.held * AWAITING_MOST) {
+        limit = "destination";
+        next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
+      } else {
+        limit = "relay";
+        this.leaveDestination();
+      }
+    } else {
+      this.leaveDestination();
+      if (sample.sourcePending <= 0) limit = "idle";
+      else {
+        // The window limits: the relay holds little, the rest of it is on the wire, and the rate over
+        // the round trip fills it (or no round trip is known to say otherwise).
+        limit = "rtt";
+        if (neededForRtt === undefined || window < neededForRtt) {
+          // Double (slow start); when part of the window sits in the relay, rate × RTT × HEADROOM is less
+          // than twice the window: grow to that (at least by a quarter, the smallest move taken).
+          next = neededForRtt === undefined ? window * GROWTH : Math.min(window * GROWTH, Math.max(neededForRtt, Math.ceil(window * (1 + CHANGE_RATIO))));
+          if (next >= cap && (neededForRtt === undefined || neededForRtt > cap)) limit = capLimit;
+        }
+      }
+    }
+    if (window > cap) limit = capLimit; // the byte budget shrank (larger messages): back to it whatever else holds
+    next = clamp(next, this.batchSize, cap);
+    if (!this.significant(window, next, cap)) next = window;
+    this.current = next;
+    this.currentLimit = limit;
+    return this.decide(window, limit, ratePerSec, neededForRtt);
+  }
+
+  /** The destination holds most of the window: hold it, shrink it now and then, undo a shrink that cost throughput. */
+  private destinationBound(backlog: boolean, completionPerSec: number, neededForRtt: number | undefined): number {
+    this.destinationStreak++;
+    this.sinceShrink++;
+    const window = this.current;
+    if (this.shrunk !== undefined && completionPerSec < this.shrunk.completionPerSec * REVERT_RATIO) {
+      const back = this.shrunk.from;
+      this.destinationFloor = back;
+      this.shrunk = undefined;
+      return back;
+    }
+    if (backlog && this.destinationStreak >= DESTINATION_PERSIST && this.sinceShrink >= DESTINATION_PERSIST) {
+      // Not below rate × RTT × HEADROOM: the wire keeps what the destination's rate needs, and the relay
+      // as much again in hand (below it the relay would hold less than half and the window grow back).
+      const target = Math.max(this.batchSize, this.destinationFloor, Math.floor(window * SHRINK), neededForRtt ?? 0);
+      // Only a move that will be taken (≥ 25 %, or onto the floor) counts as a shrink.
+      if (target < window && (window - target >= CHANGE_RATIO * window || target === this.batchSize)) {
+        this.shrunk = { from: window, completionPerSec };
+        this.sinceShrink = 0;
+        return target;
+      }
+    }
+    return window;
+  }
+
+  private leaveDestination(): void {
+    this.destinationStreak = 0;
+    this.sinceShrink = Infinity;
+    this.shrunk = undefined;
+    this.destinationFloor = 0;
+  }
+
+  private learnSize(bytesPerMessage: number): void {
+    if (!Number.isFinite(bytesPerMessage) || bytesPerMessage <= 0) return;
+    if (!this.sizeMeasured || this.avgBytes === undefined) {
+      // The first measurement replaces any prior (the worst case especially).
+      this.avgBytes = bytesPerMessage;
+      this.sizeMeasured = true;
+      this.bytesCap = bytesCapOf(this.capBytes, this.avgBytes);
+      return;
+    }
+    const alpha = bytesPerMessage > this.avgBytes ? SIZE_ALPHA_UP : SIZE_ALPHA_DOWN;
+    this.avgBytes += alpha * (bytesPerMessage - this.avgBytes);
+    this.stepBytesCap();
+  }
+
+  private stepBytesCap(): void {
+    const measured = bytesCapOf(this.capBytes, this.avgBytes);
+    if (!Number.isFinite(this.bytesCap) || Math.abs(measured - this.bytesCap) >= BYTES_CAP_STEP * this.bytesCap) this.bytesCap = measured;
+  }
+
+  private cap(): { cap: number; capLimit: "messages cap" | "bytes cap" } {
+    return capOf(this.capMessages, this.bytesCap, this.batchSize);
+  }
+
+  /** A move worth a MaxAckPending update: ≥ 25 %, or onto/off the cap or the batchSize floor. */
+  private significant(from: number, to: number, cap: number): boolean {
+    if (to === from) return false;
+    if (Math.abs(to - from) >= CHANGE_RATIO * from) return true;
+    return to === cap || from >= cap || to === this.batchSize || from === this.batchSize;
+  }
+
+  private decide(before: number, limit: WindowLimit, ratePerSec: number, neededForRtt: number | undefined): WindowDecision {
+    return {
+      window: this.current,
+      limit,
+      changed: this.current !== before,
+      ratePerSec,
+      neededForRtt,
+      cap: this.cap().cap,
+      avgMessageBytes: this.avgBytes,
+    };
+  }
+}

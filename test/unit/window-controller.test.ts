@@ -1,0 +1,327 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { WindowController, startingWindow } from "../../src/link/window-controller.js";
+import type { WindowDecision } from "../../src/link/window-controller.js";
+
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+/** The defaults (src/config/compile.ts): batchSize 500, inFlight 1024, inFlightBytes 64 MiB. */
+const DEFAULTS = { batchSize: 500, capMessages: 1024, capBytes: 64 * MiB };
+
+interface Path {
+  /** The true round trip to the source (what the window must cover). */
+  readonly rttMs: number;
+  /** What nc.rtt() reports (default: rttMs; null: unknown). */
+  readonly pingMs?: number | null;
+  /** The most the source delivers per second. */
+  readonly sourceMax: number;
+  /** A saturated destination: the most it takes per second. */
+  readonly destMax?: number;
+  /** A far destination: its PubAck latency (the destination takes anything, but each message waits this long). */
+  readonly destLatencyMs?: number;
+  /** A relay that cannot process more than this per second (guard, CPU). */
+  readonly relayMax?: number;
+  readonly msgBytes: number;
+  /** Messages wait at the source (default true). */
+  readonly backlog?: boolean;
+}
+
+/**
+ * A link in steady state for one second with the controller's window as MaxAckPending (Little's law):
+ * window = rate × (RTT + time held in the relay). Whatever of the window is not on the wire is held by the
+ * relay: by the destination when the destination binds, inside the relay when the relay does.
+ */
+class Sim {
+  now = 0;
+  delivered = 0;
+  bytes = 0;
+  readonly decisions: WindowDecision[] = [];
+  constructor(readonly c: WindowController) {}
+
+  step(p: Path): WindowDecision {
+    const w = this.c.window;
+    const rtt = p.rttMs / 1000;
+    const processing = 0.005; // publish + PubAck of a near destination
+    const destLatency = (p.destLatencyMs ?? 0) / 1000;
+    const windowRate = w / (rtt + processing + destLatency);
+    const rate = Math.min(windowRate, p.sourceMax, p.destMax ?? Infinity, p.relayMax ?? Infinity);
+    let held: number;
+    let awaiting: number;
+    if (p.destMax !== undefined && rate === p.destMax && p.destMax < windowRate) {
+      held = w - rate * rtt;
+      awaiting = 0.9 * held;
+    } else if (p.relayMax !== undefined && rate === p.relayMax && p.relayMax < windowRate) {
+      held = w - rate * rtt;
+      awaiting = 0.1 * held;
+    } else {
+      held = rate * (processing + destLatency);
+      awaiting = 0.8 * held;
+    }
+    this.now += 1000;
+    this.delivered += Math.round(rate);
+    this.bytes += Math.round(rate) * p.msgBytes;
+    const d = this.c.observe({
+      nowMs: this.now,
+      rttMs: p.pingMs === null ? undefined : (p.pingMs ?? p.rttMs),
+      delivered: this.delivered,
+      deliveredBytes: this.bytes,
+      held: Math.round(held),
+      heldBytes: Math.round(held) * p.msgBytes,
+      awaitingDestination: Math.round(awaiting),
+      sourcePending: p.backlog === false ? 0 : 1_000_000,
+    });
+    this.decisions.push(d);
+    return d;
+  }
+
+  run(p: Path, n: number): WindowDecision {
+    let d: WindowDecision | undefined;
+    for (let i = 0; i < n; i++) d = this.step(p);
+    assert.ok(d);
+    return d;
+  }
+}
+
+/** Every decision: within [batchSize, cap]; `changed` exactly when the window moved, and then by ≥ 25 % or onto/off a cap or the floor. */
+function assertInvariants(sim: Sim, batchSize: number, capMessages: number, start: number): void {
+  let prev = start;
+  for (const d of sim.decisions) {
+    assert.ok(d.window >= batchSize, `window ${d.window} below batchSize ${batchSize}`);
+    assert.ok(d.window <= Math.max(batchSize, capMessages), `window ${d.window} above capMessages ${capMessages}`);
+    assert.ok(d.window <= d.cap, `window ${d.window} above the cap ${d.cap}`);
+    assert.equal(d.changed, d.window !== prev);
+    if (d.changed) {
+      const big = Math.abs(d.window - prev) >= 0.25 * prev;
+      assert.ok(big || d.window === d.cap || prev >= d.cap || d.window === batchSize || prev === batchSize, `small move ${prev} → ${d.window}`);
+    }
+    prev = d.window;
+  }
+}
+
+const WAN: Path = { rttMs: 200, sourceMax: 15_000, msgBytes: 1 * KiB };
+const BIG = { batchSize: 500, capMessages: 65_536, capBytes: 64 * MiB };
+
+test("starts at 2 × batchSize (or initial), never above the caps nor below batchSize", () => {
+  assert.equal(new WindowController(DEFAULTS).window, 1000);
+  assert.equal(new WindowController({ ...DEFAULTS, initial: 100 }).window, 500);
+  assert.equal(new WindowController({ ...DEFAULTS, initial: 5000 }).window, 1024);
+  assert.equal(new WindowController({ ...DEFAULTS, capMessages: 600 }).window, 600);
+  // The worst-case size stands in before anything is measured: 64 MiB of 1 MiB messages is 64, so one batch.
+  const worst = new WindowController({ ...DEFAULTS, maxMessageBytes: MiB });
+  assert.equal(worst.window, 500);
+  assert.equal(worst.limit, "bytes cap");
+  // A measured prior (the stream's bytes / messages) wins over the worst case.
+  assert.equal(new WindowController({ ...DEFAULTS, maxMessageBytes: MiB, avgMessageBytes: KiB }).window, 1000);
+  assert.throws(() => new WindowController({ ...DEFAULTS, batchSize: 0 }), RangeError);
+});
+
+test("200 ms round trip, 15,000 msgs/s: grows from one batch to rate × RTT within a handful of observations, then holds", () => {
+  const c = new WindowController({ ...BIG, initial: 500 });
+  const sim = new Sim(c);
+  assert.equal(c.window, 500);
+  // Before: one batch per round trip, ~2,400 msgs/s.
+  const first = sim.step(WAN);
+  assert.ok(first.ratePerSec < 2500);
+  assert.equal(first.changed, false, "the first sample is only a baseline");
+  sim.run(WAN, 5);
+  assert.ok(c.window >= 15_000 * 0.2, `window ${c.window} covers 15,000 × 200 ms`);
+  assert.ok(c.window <= 2 * 15_000 * 0.2 * 1.25, `window ${c.window} not far past the headroom`);
+  const d = sim.step(WAN);
+  assert.equal(d.ratePerSec, 15_000, "the link now moves what the source offers");
+  assert.equal(d.limit, "rtt");
+  assert.equal(d.neededForRtt, 6000);
+  const settled = c.window;
+  for (let i = 0; i < 20; i++) assert.equal(sim.step(WAN).changed, false);
+  assert.equal(c.window, settled);
+  const grew = sim.decisions.filter((x) => x.changed).length;
+  assert.ok(grew <= 4, `${grew} MaxAckPending updates`);
+  assertInvariants(sim, 500, 65_536, 500);
+});
+
+test("300 ms round trip with the default start (2 × batch): the same within a handful", () => {
+  const c = new WindowController(BIG);
+  const sim = new Sim(c);
+  sim.run({ ...WAN, rttMs: 300 }, 5);
+  assert.ok(c.window >= 15_000 * 0.3);
+  assert.equal(sim.step({ ...WAN, rttMs: 300 }).ratePerSec, 15_000);
+});
+
+test("stops at the messages cap and says so", () => {
+  const c = new WindowController({ ...BIG, capMessages: 2048 });
+  const sim = new Sim(c);
+  const d = sim.run(WAN, 6);
+  assert.equal(d.window, 2048);
+  assert.equal(d.limit, "messages cap");
+  assert.equal(c.limit, "messages cap");
+  assert.ok(d.neededForRtt !== undefined && d.neededForRtt > 2048);
+  const capHits = sim.decisions.filter((x) => x.changed && x.window === 2048);
+  assert.equal(capHits.length, 1, "reaching the cap is one update, staying there none");
+  assertInvariants(sim, 500, 2048, 1000);
+});
+
+test("stops at the bytes cap (measured average size, large messages) and says so", () => {
+  // 1 GiB over 1 MiB messages: 1024, though 65,536 messages are allowed.
+  const c = new WindowController({ batchSize: 100, capMessages: 65_536, capBytes: 1024 * MiB });
+  const sim = new Sim(c);
+  const d = sim.run({ rttMs: 200, sourceMax: 15_000, msgBytes: MiB }, 6);
+  assert.equal(d.window, 1024);
+  assert.equal(d.limit, "bytes cap");
+  assert.equal(d.avgMessageBytes, MiB);
+  assertInvariants(sim, 100, 65_536, 200);
+
+  // The average, not the worst case: a 1 MiB max_payload but 2 KiB messages grows past 64 MiB / 1 MiB.
+  const avg = new WindowController({ ...DEFAULTS, capMessages: 65_536, maxMessageBytes: MiB });
+  assert.equal(avg.window, 500);
+  const sim2 = new Sim(avg);
+  sim2.run({ ...WAN, msgBytes: 2 * KiB }, 6);
+  assert.ok(avg.window >= 3000, `window ${avg.window}`);
+
+  // Messages get larger: the window comes down to the new byte budget at once.
+  const before = avg.window;
+  const down = sim2.run({ ...WAN, msgBytes: 64 * KiB }, 1);
+  assert.equal(down.changed, true);
+  assert.equal(down.limit, "bytes cap");
+  assert.ok(down.window < before && down.window === down.cap);
+  sim2.run({ ...WAN, msgBytes: 64 * KiB }, 5);
+  assert.ok(avg.window >= 1024 && avg.window <= 1024 * 1.1, `window ${avg.window}: 64 MiB / 64 KiB, within the bytes cap's 10 % step`);
+  assert.ok(sim2.decisions.slice(-6).filter((x) => x.changed).length <= 4, "the converging average moves it in a few steps");
+  sim2.run({ ...WAN, msgBytes: 64 * KiB }, 10);
+  assert.ok(sim2.decisions.slice(-5).every((x) => !x.changed), "then not at all");
+  assert.equal(avg.limit, "bytes cap");
+  assertInvariants(sim2, 500, 65_536, 500);
+});
+
+test("a saturated destination: no growth, a gentle shrink after a few observations; grows back when it clears", () => {
+  const c = new WindowController(BIG);
+  const sim = new Sim(c);
+  sim.run(WAN, 6);
+  const open = c.window;
+  assert.ok(open >= 3000);
+  const slow: Path = { ...WAN, destMax: 3000 };
+  const early = sim.run(slow, 2);
+  assert.equal(early.limit, "destination");
+  assert.equal(c.window, open, "not at once");
+  const third = sim.step(slow);
+  assert.equal(third.changed, true);
+  assert.equal(third.window, Math.floor(open * 0.75));
+  sim.run(slow, 30);
+  const held = c.window;
+  assert.ok(held < open * 0.5, `shrank to ${held}`);
+  assert.ok(held >= 1200, "not below rate × RTT × 2: the wire still carries the destination's rate");
+  assert.equal(c.limit, "destination");
+  for (let i = 0; i < 10; i++) assert.equal(sim.step(slow).changed, false, "settles: no sawtooth of updates");
+  assert.equal(sim.step(slow).ratePerSec, 3000, "the destination still gets all it takes");
+  // Cleared: back to the round trip's window.
+  sim.run(WAN, 4);
+  assert.ok(c.window >= 6000, `grew back to ${c.window}: rate × RTT × 2 again`);
+  assert.equal(sim.step(WAN).ratePerSec, 15_000);
+  assert.equal(c.limit, "rtt");
+  assertInvariants(sim, 500, 65_536, 1000);
+});
+
+test("a destination that is far, not saturated: a shrink that costs throughput is undone, no downward spiral", () => {
+  const c = new WindowController(BIG);
+  const sim = new Sim(c);
+  const far: Path = { ...WAN, destLatencyMs: 400 };
+  sim.run(far, 20);
+  assert.equal(c.limit, "destination");
+  assert.equal(c.window, 1000, "back where it was");
+  assert.ok(Math.min(...sim.decisions.map((d) => d.window)) >= 750, "one probe of ×0.75 at most");
+  assert.ok(sim.decisions.filter((d) => d.changed).length <= 2);
+  assertInvariants(sim, 500, 65_536, 1000);
+});
+
+test("the relay itself the bottleneck: limit relay, no growth", () => {
+  const c = new WindowController(BIG);
+  const sim = new Sim(c);
+  const guarded: Path = { ...WAN, relayMax: 5000 };
+  sim.run(guarded, 6);
+  const w = c.window;
+  const d = sim.run(guarded, 10);
+  assert.equal(d.limit, "relay");
+  assert.equal(c.window, w);
+  assert.ok(sim.decisions.slice(-10).every((x) => !x.changed));
+  assert.ok(w < 4000, `window ${w}: grew only while the round trip held it`);
+});
+
+test("idle or caught up: the window stays, limit idle", () => {
+  const c = new WindowController(BIG);
+  const sim = new Sim(c);
+  const d = sim.run({ ...WAN, sourceMax: 50, backlog: false }, 20);
+  assert.equal(d.limit, "idle");
+  assert.equal(c.window, 1000);
+  assert.ok(sim.decisions.every((x) => !x.changed));
+
+  // After growing: a quiet spell does not take the window away.
+  sim.run(WAN, 6);
+  const open = c.window;
+  sim.run({ ...WAN, sourceMax: 0, backlog: false }, 30);
+  assert.equal(c.window, open);
+  assert.equal(c.limit, "idle");
+});
+
+test("a round trip jumping between 20 and 400 ms never drives the window below batchSize or above the caps", () => {
+  let seed = 7;
+  const random = (): number => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+  for (const caps of [BIG, DEFAULTS, { batchSize: 100, capMessages: 4096, capBytes: 8 * MiB }]) {
+    const c = new WindowController(caps);
+    const sim = new Sim(c);
+    for (let i = 0; i < 400; i++) {
+      const rttMs = random() < 0.5 ? 20 : 400;
+      const pingMs = random() < 0.1 ? null : random() < 0.8 ? rttMs : 420 - rttMs;
+      const r = random();
+      const path: Path = {
+        rttMs,
+        pingMs,
+        sourceMax: random() < 0.2 ? 100 : 20_000,
+        msgBytes: random() < 0.1 ? 256 * KiB : 2 * KiB,
+        backlog: random() < 0.85,
+        ...(r < 0.15 ? { destMax: 2000 } : r < 0.25 ? { relayMax: 3000 } : r < 0.3 ? { destLatencyMs: 300 } : {}),
+      };
+      sim.step(path);
+    }
+    assertInvariants(sim, caps.batchSize, caps.capMessages, sim.decisions[0]?.window ?? 0);
+    assert.ok(new Set(sim.decisions.map((d) => d.window)).size > 1, "it did move");
+  }
+});
+
+test("the rate comes from the cumulative counters; a counter that goes back is a new baseline", () => {
+  const c = new WindowController(BIG);
+  const base = { rttMs: 200, held: 10, heldBytes: 10 * KiB, awaitingDestination: 8, sourcePending: 1000 };
+  assert.equal(c.observe({ ...base, nowMs: 1000, delivered: 1000, deliveredBytes: 1000 * KiB }).ratePerSec, 0);
+  const d = c.observe({ ...base, nowMs: 3000, delivered: 11_000, deliveredBytes: 11_000 * KiB });
+  assert.equal(d.ratePerSec, 5000);
+  assert.equal(d.neededForRtt, 2000);
+  assert.equal(d.window, 2000, "doubled: 1000 on the wire at 5,000/s over 200 ms is the whole window");
+  const reset = c.observe({ ...base, nowMs: 4000, delivered: 10, deliveredBytes: 10 * KiB });
+  assert.equal(reset.changed, false);
+  assert.equal(reset.ratePerSec, 0);
+  // Without any RTT: grows on the backlog signal alone, up to the cap.
+  const blind = new WindowController({ ...DEFAULTS, capMessages: 4096 });
+  const sim = new Sim(blind);
+  sim.run({ ...WAN, pingMs: null }, 6);
+  assert.equal(blind.window, 4096);
+  assert.equal(blind.limit, "messages cap");
+  assert.equal(sim.decisions.at(-1)?.neededForRtt, undefined);
+});
+
+test("startingWindow: the defaults at 0, 40, 200 and 300 ms (reference 10,000 msgs/s, needed = rate × RTT × 2)", () => {
+  assert.deepEqual(startingWindow({ ...DEFAULTS, rttMs: 0 }), { window: 1000, limit: "rtt", neededForRtt: 0, cap: 1024 });
+  assert.deepEqual(startingWindow({ ...DEFAULTS, rttMs: 40 }), { window: 1000, limit: "rtt", neededForRtt: 800, cap: 1024 });
+  assert.deepEqual(startingWindow({ ...DEFAULTS, rttMs: 200 }), { window: 1000, limit: "messages cap", neededForRtt: 4000, cap: 1024 });
+  assert.deepEqual(startingWindow({ ...DEFAULTS, rttMs: 300 }), { window: 1000, limit: "messages cap", neededForRtt: 6000, cap: 1024 });
+  // Sized by the worst case (1 MiB max_payload, no average known): one batch, held by the bytes.
+  assert.deepEqual(startingWindow({ ...DEFAULTS, rttMs: 40, maxMessageBytes: MiB }), { window: 500, limit: "bytes cap", neededForRtt: 800, cap: 500 });
+  // 1 KiB messages on average and a messages cap of 65,536: nothing holds it at 300 ms.
+  assert.deepEqual(startingWindow({ ...BIG, rttMs: 300, avgMessageBytes: KiB }), { window: 1000, limit: "rtt", neededForRtt: 6000, cap: 65_536 });
+  // 16 KiB on average: 64 MiB holds 4096, below the 6,000 that 300 ms needs.
+  assert.deepEqual(startingWindow({ ...BIG, rttMs: 300, avgMessageBytes: 16 * KiB }), { window: 1000, limit: "bytes cap", neededForRtt: 6000, cap: 4096 });
+  // No round trip measured.
+  assert.deepEqual(startingWindow(DEFAULTS), { window: 1000, limit: "rtt", cap: 1024 });
+  // It is where the controller starts.
+  assert.equal(new WindowController(DEFAULTS).window, startingWindow(DEFAULTS).window);
+});
