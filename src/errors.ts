@@ -64,6 +64,11 @@ export const ErrorCodes = {
   GUARD_UNSUPPORTED: "GUARD_UNSUPPORTED",
   /** A message lacks, or carries a malformed, entity/version the link requires. */
   BAD_MESSAGE: "BAD_MESSAGE",
+  /**
+   * The source has messages for the link and delivers none (no heartbeat, or no progress for
+   * `stallAfter` while every connection looks healthy): the link is `stalled` and healed in steps. Retryable.
+   */
+  SOURCE_STALLED: "SOURCE_STALLED",
   /** Source retention deleted messages the link had not relayed, and the link's policy is `halt`. */
   SOURCE_GAP: "SOURCE_GAP",
   /** The HTTP server cannot listen on its address (in use, not this host's, not permitted). Exit code 1. */
@@ -88,6 +93,7 @@ const retryable: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ErrorCodes.PUBLISH_REJECTED,
   ErrorCodes.DESTINATION_FULL,
   ErrorCodes.GUARD_UNAVAILABLE,
+  ErrorCodes.SOURCE_STALLED,
 ]);
 
 export class RelayError extends Error {

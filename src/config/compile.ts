@@ -46,6 +46,8 @@ export const DEFAULTS = Object.freeze({
   ackWaitMs: 30_000,
   sourceAcks: "cumulative" as const,
   publishTimeoutMs: 5_000,
+  /** A link whose source has messages for it but delivers none, for this long, is stalled. */
+  stallAfterMs: 10_000,
   maxHops: 8,
   onGap: "continue",
   idTtlMs: 3_600_000,
@@ -257,6 +259,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     badMessage,
     onGap: l.onGap ?? DEFAULTS.onGap,
     ...(l.maxReplayAge === undefined ? {} : { maxReplayAgeMs: l.maxReplayAge }),
+    stallAfterMs: l.stallAfter ?? DEFAULTS.stallAfterMs,
     ...(l.partitions === undefined ? {} : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
   };
 }

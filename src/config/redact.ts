@@ -148,6 +148,7 @@ export function redactConfig(config: RelayConfig): unknown {
       badMessage: { ...l.badMessage },
       onGap: l.onGap,
       ...(l.maxReplayAgeMs === undefined ? {} : { maxReplayAgeMs: l.maxReplayAgeMs }),
+      stallAfterMs: l.stallAfterMs,
     };
   });
   return {

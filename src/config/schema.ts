@@ -422,6 +422,7 @@ const LinkSchema = obj({
   onBadMessage: badMessagePolicy.optional(),
   onGap: oneOf(["continue", "resync", "halt"] as const).optional(),
   maxReplayAge: duration({ allowZero: false }).optional(),
+  stallAfter: duration({ allowZero: false }).optional(),
   guard: GuardSchema.optional(),
   partitions: obj({ count: integer(2, 1_024), token: integer(1, 32) }).optional(),
 });

@@ -119,6 +119,8 @@ export interface LinkConfig {
   readonly badMessage: BadMessagePolicy;
   readonly onGap: "continue" | "resync" | "halt";
   readonly maxReplayAgeMs?: number;
+  /** Messages waiting at the source and none delivered for this long, every connection healthy: the link is stalled and healed in steps. */
+  readonly stallAfterMs: number;
   /** The link is split into `count` partitions by the number at subject token `token` (1-based). */
   readonly partitions?: { readonly count: number; readonly token: number };
   /** Set on one partition of a partitioned link (see config/partitions.ts). */

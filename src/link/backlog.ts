@@ -17,6 +17,8 @@ export interface BacklogReading {
    * or the server said its own time). Ages never depend on it being 0.
    */
   readonly clockOffsetMs?: number;
+  /** The last source sequence the consumer delivered. */
+  readonly deliveredSeq: number;
   /** The consumer's ack floor: every source sequence at or below it is in the destination. */
   readonly ackFloor: number;
   /** The source stream's first and last sequence, and how many messages it holds. */
@@ -80,6 +82,7 @@ export class BacklogProbe {
       messages,
       ageSeconds,
       ...(this.offset ? { clockOffsetMs: Math.round(this.offset.ms) } : {}),
+      deliveredSeq: info.delivered.stream_seq,
       ackFloor: info.ack_floor.stream_seq,
       streamFirstSeq: streamInfo.state.first_seq,
       streamMessages: streamInfo.state.messages,

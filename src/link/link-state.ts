@@ -3,7 +3,7 @@ import { LINK_STATES } from "../observability/metrics.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 
 const UP_STATES: ReadonlySet<LinkState> = new Set(["live", "catching-up"]);
-const TROUBLE_STATES: ReadonlySet<LinkState> = new Set(["recovering", "paused"]);
+const TROUBLE_STATES: ReadonlySet<LinkState> = new Set(["recovering", "paused", "stalled"]);
 
 /**
  * The one place a link's state changes (DESIGN §5). Every change is logged once, exported as

@@ -18,6 +18,8 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
+import { StallWatch } from "./stall-watch.js";
+import type { StallStep } from "./stall-watch.js";
 import type { GatedWriter, WriteGate, WriteGates } from "../nats/write-gate.js";
 import { CatchUpLog, ResyncLog } from "./progress-log.js";
 import { positionCursor } from "./cursor.js";
@@ -97,6 +99,7 @@ export interface LinkOwnership {
 
 /** Lifetime of one pull request (ms). */
 const PULL_EXPIRES_MS = 5_000;
+const IDLE_HEARTBEAT_MS = 1_000;
 
 /** How long the window's log line waits for the source's round trip (then it is logged without). */
 const RTT_WAIT_MS = 2_000;
@@ -106,7 +109,7 @@ const RTT_WAIT_MS = 2_000;
  * `guard-state`: the guard lost its memory (GUARD_STATE_LOST): paused until an operator resumes.
  * `guard-unsafe`: under `guard.strict`, a settings check found the guard's Redis unsafe: paused until it is not.
  */
-type Trouble = "source" | "dest" | "guard" | "refused" | "guard-state" | "guard-unsafe";
+type Trouble = "source" | "dest" | "guard" | "refused" | "guard-state" | "guard-unsafe" | "stalled";
 
 /** A resync after a guard state loss is the operator's choice (`guard resume --resync`). */
 type LinkResyncReason = ResyncReason | "guard_state_lost";
@@ -142,8 +145,6 @@ export class Link {
   private lastConsumerSeq = 0;
   /** Deliveries were lost: the loop drains the pipeline and moves the cursor back before consuming again. */
   private recoverLost = false;
-  /** When the consumer last delivered (or the pull started): the stalled-pull watchdog. */
-  private lastDeliveryAt = 0;
   /** The consumer's MaxAckPending was lowered because the pipeline holds inFlightBytes. */
   private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
@@ -160,6 +161,13 @@ export class Link {
   private readonly catchUpLog: CatchUpLog;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
+  /** Stall by progress (stall-watch.ts), and the reason the link is `stalled` now. */
+  private readonly stallWatch: StallWatch;
+  private stallReason: string | undefined;
+  /** The source connection was dropped as stale (a silent path): handled when it is back. */
+  private silentSource = false;
+  /** Deliveries received (progress for the stall watch). */
+  private delivered = 0;
   private readonly destGate: WriteGate | undefined;
   private readonly sourceGate: WriteGate | undefined;
   /** This link as its connections' write gates know it. */
@@ -244,6 +252,22 @@ export class Link {
         stopPulling: () => this.messages?.stop(),
         resyncUnderWay: () => this.pendingResync !== undefined || this.resyncing,
         requestResync: () => this.requestResync("guard_state_lost"),
+      },
+    });
+    this.stallWatch = new StallWatch({
+      stallAfterMs: config.stallAfterMs,
+      filtered: config.from.filterSubject !== undefined,
+      logger: this.logger,
+      counted: (step) => deps.metrics.linkStalls.inc({ link: this.name, step }),
+      heal: (step) => this.healStall(step),
+      changed: (reason) => {
+        if (reason === undefined) {
+          if (this.stallReason !== undefined && this.troubles.has("stalled")) this.clear("stalled");
+          this.stallReason = undefined;
+          return;
+        }
+        this.stallReason = reason;
+        this.trouble("stalled", new RelayError(ErrorCodes.SOURCE_STALLED, reason));
       },
     });
     this.probe = new BacklogProbe(config, () => this.jsm, () => this.pipeline.oldestSourceMs, deps.clock);
@@ -457,9 +481,11 @@ export class Link {
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
           // that died is replaced within seconds, not the client's default 30 s.
           expires: PULL_EXPIRES_MS,
+          // A heartbeat a second while no message comes: two missed and the link says `stalled`
+          // within seconds of a silent path (the connection's PINGs then leave it).
+          idle_heartbeat: IDLE_HEARTBEAT_MS,
           callback: (m: JsMsg) => this.onMessage(m),
         });
-        this.lastDeliveryAt = Date.now();
         this.messages = messages;
         backoff.reset();
         this.clear("source");
@@ -535,18 +561,48 @@ export class Link {
   }
 
   /**
-   * Messages wait at the source, the pipeline is empty and nothing was delivered for a while: the pull
-   * is stuck (its request sat on a consumer leader that died, and the client did not notice). The loop
-   * starts a new one; nothing is held, so nothing can be overtaken.
+   * Whether the link should be moving now if the source has messages for it: it owns the link, is not
+   * resyncing or throttled, nothing holds it back (guard, destination, a refused message: troubles of
+   * their own) and the relay holds nothing (a full pipeline waits for its destination, not its source).
    */
-  private watchPull(reading: BacklogReading): void {
-    const messages = this.messages;
-    if (!messages || this.resyncing || this.throttled || reading.pending === 0 || this.pipeline.size > 0) return;
-    const idleMs = Date.now() - this.lastDeliveryAt;
-    if (idleMs < 3 * PULL_EXPIRES_MS) return;
-    this.logger.warn({ pending: reading.pending, idleMs }, "no delivery while messages wait at the source: restarting the pull");
-    this.lastDeliveryAt = Date.now();
-    messages.stop();
+  private stallEligible(): boolean {
+    if (this.standby || !this.deps.lease.valid() || this.resyncing || this.throttled || !this.messages) return false;
+    if (this.pipeline.size > 0) return false;
+    for (const t of this.troubles) if (t !== "stalled") return false;
+    return true;
+  }
+
+  /**
+   * Back on another source server after a silent path. The server still counts the old connection as
+   * a client (it PINGs it only every few minutes) and keeps serving the pull requests it left: up to a
+   * window of deliveries go into the silence for as long as those requests live, ahead of the new
+   * ones. Re-creating the consumer ends them at once; the new one starts after what the destination
+   * holds, once what this relay held is finished (ordered recovery).
+   */
+  private leftSilentSource(): void {
+    if (!this.deps.lease.valid() || this.standby || this.resyncing) return;
+    this.logger.warn("the source connection went silent and was replaced: re-creating the consumer so requests left on the silent one deliver nothing");
+    this.healStall("consumer").catch((err: unknown) =>
+      this.logger.warn({ err: toRelayError(err).message }, "could not re-create the consumer after a silent path (it is replaced when its pulls expire)"),
+    );
+  }
+
+  /** One healing step for a stalled link (stall-watch.ts decides which and when). */
+  private async healStall(step: StallStep): Promise<void> {
+    const { config } = this.deps;
+    if (step === "pull") {
+      this.messages?.stop(); // the consume loop pulls again
+      return;
+    }
+    if (step === "consumer") {
+      // Deleted, the loop places a new cursor from what the destination holds (ordered recovery).
+      const jsm = this.jsm;
+      if (!jsm) return;
+      await jsm.consumers.delete(config.from.stream, config.durableName);
+      this.messages?.stop();
+      return;
+    }
+    await this.deps.source.reconnect();
   }
 
   /**
@@ -615,6 +671,7 @@ export class Link {
     this.sourceGate?.lapsed(this.gated);
     this.messages?.stop();
     this.ownedTerm.abort();
+    this.stallWatch.reset();
   }
 
   /**
@@ -751,8 +808,9 @@ export class Link {
       this.messages?.stop();
       return;
     }
-    this.lastDeliveryAt = Date.now();
+    this.delivered++;
     if (this.troubles.has("source")) this.clear("source");
+    if (this.troubles.has("stalled") && this.stallWatch.stalled === undefined) this.clear("stalled");
     try {
       const delivery = toDelivery(m);
       if (this.deliveriesLost(delivery)) return;
@@ -771,7 +829,10 @@ export class Link {
         this.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source ${s.type.replace(/_/g, " ")}`));
         messages.stop();
       } else if (s.type === "heartbeats_missed" && s.count >= 2) {
-        this.trouble("source", new RelayError(ErrorCodes.NATS_CONNECT, "source heartbeats missed"));
+        // The pull hears nothing, not even the server's heartbeats: the path may carry nothing while
+        // the connection stays open (its PINGs find that out within seconds, and it reconnects).
+        this.stallReason = `no delivery and no heartbeat from the source (${s.count} heartbeats missed): the path to it may be silent`;
+        this.trouble("stalled", new RelayError(ErrorCodes.SOURCE_STALLED, this.stallReason));
       }
     }
   }
@@ -780,9 +841,16 @@ export class Link {
     void (async () => {
       for await (const s of nc.status()) {
         if (this.abort.signal.aborted) return;
+        // The client dropped a connection whose PINGs went unanswered: the path to that server went
+        // silent (or the server hung), with the connection still open on the server's side.
+        if (s.type === "staleConnection" && side === "source") this.silentSource = true;
         if (s.type === "disconnect") {
           if (side === "dest") this.destConnected = false;
           this.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
+        }
+        if (s.type === "reconnect" && side === "source" && this.silentSource) {
+          this.silentSource = false;
+          this.leftSilentSource();
         }
         if (s.type === "reconnect" && side === "dest") {
           this.destConnected = true;
@@ -815,7 +883,9 @@ export class Link {
           this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
           this.observeClock(reading.clockOffsetMs);
           if (this.troubles.has("source")) this.clear("source");
-          this.watchPull(reading);
+          this.stallWatch.observe(reading, this.delivered, this.stallEligible());
+          // Missed heartbeats said stalled: the source answers again and has nothing for the link.
+          if (this.troubles.has("stalled") && this.stallWatch.stalled === undefined && reading.pending === 0) this.clear("stalled");
           // Connected again with nothing left to publish: no PubAck will come to say so.
           if (this.troubles.has("dest") && this.destConnected && this.destinationKnown && this.pipeline.size === 0) this.clear("dest");
           // A refusal is about a message held; with none held (published since, or dropped for another
@@ -879,6 +949,7 @@ export class Link {
     if (this.resyncing) return this.state.set("resyncing", `resync after ${this.pendingResync ?? "request"}`);
     if (this.troubles.has("guard-state")) return this.state.set("paused", this.guardWatch.lossReason ?? reason);
     if (this.troubles.has("guard") || this.troubles.has("refused") || this.troubles.has("guard-unsafe")) return this.state.set("paused", reason);
+    if (this.troubles.has("stalled")) return this.state.set("stalled", this.stallReason ?? reason);
     if (this.troubles.size > 0) return this.state.set("recovering", reason);
     // Just took the link over: at work at once, whatever the last backlog reading (from before) said.
     if (this.tookOver || this.state.state === "standby") {

@@ -1,7 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { connect } from "@nats-io/transport-node";
 import { credsAuthenticator, errors, nkeyAuthenticator } from "@nats-io/nats-core";
-import type { ConnectionOptions, NatsConnection } from "@nats-io/nats-core";
+import type { ConnectionOptions, NatsConnection, Server } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -33,6 +33,22 @@ async function authOptions(region: RegionConfig): Promise<Partial<ConnectionOpti
   }
 }
 
+/** PINGs every 2 s, two unanswered allowed: a silent connection is dropped within 6 s. */
+export const PING_INTERVAL_MS = 2_000;
+export const MAX_PINGS_OUT = 2;
+
+/**
+ * Which server of the region to dial next: the one dialled longest ago (never dialled first). The
+ * server a connection just lost is the most recently dialled, so it is tried last: a node behind a
+ * silent path (or hung) accepts a connection and never answers, and dialling it again first would
+ * hold the reconnect for the whole connect timeout while the region's other nodes are reachable.
+ */
+export function leastRecentlyDialled(pool: ReadonlyArray<Server>): Server | null {
+  let pick: Server | undefined;
+  for (const s of pool) if (pick === undefined || s.lastConnect < pick.lastConnect) pick = s;
+  return pick ?? null;
+}
+
 /**
  * Connects to a region with infinite reconnects: a region that goes away is waited for, never given up on.
  * The first connect is retried with backoff until it works, `firstConnectTimeoutMs` passes or `signal`
@@ -46,8 +62,14 @@ export async function connectRegion(region: RegionConfig, opts: RegionConnectOpt
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
     reconnectJitter: 250,
-    pingInterval: 10_000,
-    maxPingOut: 3,
+    // A path that goes silent without closing (a middlebox or NAT that lost its state, a hung node) is
+    // noticed by PINGs: unanswered for 3 intervals (at most 6 s) and the client drops the connection
+    // and reconnects, to another server of the region when it has one. A PONG queued behind seconds of
+    // deliveries on a saturated link comes late but comes: keep the interval above what one pull
+    // window takes to cross the link.
+    pingInterval: PING_INTERVAL_MS,
+    maxPingOut: MAX_PINGS_OUT,
+    reconnectToServer: leastRecentlyDialled,
     timeout: 5_000,
     ...(await authOptions(region)),
   };

@@ -13,6 +13,8 @@ export const LINK_STATES = [
   "failed",
   /** Another relay of the group owns the link (its lease): this one waits to take over. */
   "standby",
+  /** The source has messages for the link and delivers none (a silent path, a stuck consumer): being healed. */
+  "stalled",
 ] as const;
 export type LinkState = (typeof LINK_STATES)[number];
 
@@ -134,6 +136,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       name: "relay_gap_messages_total",
       help: "Source messages deleted by retention before the link relayed them",
       labelNames: ["link"] as const,
+      registers,
+    }),
+    linkStalls: new Counter({
+      name: "relay_link_stalls_total",
+      help: "Healing steps taken for a stalled link (the source has messages for it and delivers none): pull (a new pull), consumer (re-created from the destination's record), reconnect (a new connection to the source region)",
+      labelNames: ["link", "step"] as const,
       registers,
     }),
     resyncs: new Counter({

@@ -34,6 +34,7 @@ const REQUIRED_ALERTS = [
   "RelayBacklogAgeHigh",
   "RelayLinkNotLive",
   "RelayLinkNoOwner",
+  "RelayLinkStalled",
   "RelayGapDetected",
   "RelayGuardPaused",
   "RelayGuardUnsafe",

@@ -110,6 +110,7 @@ void describe("valid configs", () => {
       badMessage: { action: "dead-letter", subject: "relay.dlq.orders" },
       onGap: "resync",
       maxReplayAgeMs: 21_600_000,
+      stallAfterMs: 30_000,
     });
 
     const payments = c.links[2];
@@ -171,6 +172,7 @@ void describe("valid configs", () => {
         durableName: "relay-orders",
         badMessage: { action: "dead-letter", subject: "relay.dlq.orders" },
         onGap: "continue",
+        stallAfterMs: 10_000,
       },
     ]);
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
@@ -395,7 +397,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, guard, partitions)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions)",
     ]);
   });
 
