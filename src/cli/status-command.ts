@@ -84,7 +84,7 @@ function describeFetchError(err: unknown): string {
 }
 
 export function formatTable(status: RelayStatus): string {
-  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "RELAYED", "DEAD-LETTERED", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "RELAYED", "DEAD-LETTERED", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "WINDOW", "RTT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
   const rows = status.links.map((l) => [
     l.name,
     l.from,
@@ -98,6 +98,9 @@ export function formatTable(status: RelayStatus): string {
     String(l.backlog?.messages ?? "?"),
     l.backlog ? `${l.backlog.ageSeconds.toFixed(1)}s` : "?",
     String(l.inFlight),
+    // The self-sizing window and what holds it now (rtt, bytes cap, messages cap, destination, relay, idle).
+    l.window ? `${l.window.messages} ${l.window.limit}` : "-",
+    l.window?.rttMs !== undefined ? `${Math.round(l.window.rttMs)}ms` : "-",
     String(Object.values(l.corrections ?? {}).reduce((a, b) => a + b, 0)),
     String((l.gaps ?? []).reduce((a, g) => a + g.count, 0)),
     l.guard,

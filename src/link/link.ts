@@ -10,7 +10,6 @@ import type { LinkLease } from "../group/lease.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { toDelivery } from "../nats/delivery.js";
-import { maxMessageBytes, pullWindow, windowPerSecond } from "../nats/pull-window.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { SourceRef } from "../nats/destination-markers.js";
@@ -19,6 +18,8 @@ import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import { StallWatch } from "./stall-watch.js";
+import { LinkWindow } from "./link-window.js";
+import type { WindowStatus } from "./link-window.js";
 import type { StallStep } from "./stall-watch.js";
 import type { GatedWriter, WriteGate, WriteGates } from "../nats/write-gate.js";
 import { CatchUpLog, ResyncLog } from "./progress-log.js";
@@ -80,6 +81,8 @@ export interface LinkStatus {
   readonly lastResync?: ResyncResult & { readonly reason: LinkResyncReason; readonly at: string };
   /** Who owns the link in the region's group (absent on a link that never started). */
   readonly ownership?: LinkOwnership;
+  /** The pull window: its size, what limits it, the round trip and the rate (link-window.ts). */
+  readonly window?: WindowStatus;
 }
 
 export interface LinkOwnership {
@@ -100,9 +103,6 @@ export interface LinkOwnership {
 /** Lifetime of one pull request (ms). */
 const PULL_EXPIRES_MS = 5_000;
 const IDLE_HEARTBEAT_MS = 1_000;
-
-/** How long the window's log line waits for the source's round trip (then it is logged without). */
-const RTT_WAIT_MS = 2_000;
 
 /**
  * `refused`: the destination answers but will not store (full, or a refusal for the whole link): paused.
@@ -145,14 +145,10 @@ export class Link {
   private lastConsumerSeq = 0;
   /** Deliveries were lost: the loop drains the pipeline and moves the cursor back before consuming again. */
   private recoverLost = false;
-  /** The consumer's MaxAckPending was lowered because the pipeline holds inFlightBytes. */
-  private throttled = false;
   /** Waiting for the lease: another relay of the group owns the link. */
   private standby = false;
   /** Just took the link over from another relay (from standby, or from waiting for the lease): at work at once. */
   private tookOver = false;
-  /** The pull window last logged (logged again only when it changes). */
-  private pullWindowLogged: number | undefined;
   /** Aborted when the lease is lost: a wait that only makes sense while this relay owns the link ends. */
   private ownedTerm = new AbortController();
   /** Placement moved the link to another member: the loop drains and releases the lease (why). */
@@ -161,6 +157,8 @@ export class Link {
   private readonly catchUpLog: CatchUpLog;
   private readonly gaps: Gap[] = [];
   private highestSeen = 0;
+  /** The pull window (link-window.ts): the consumer's MaxAckPending, sized to the round trip. */
+  private readonly window: LinkWindow;
   /** Stall by progress (stall-watch.ts), and the reason the link is `stalled` now. */
   private readonly stallWatch: StallWatch;
   private stallReason: string | undefined;
@@ -254,6 +252,7 @@ export class Link {
         requestResync: () => this.requestResync("guard_state_lost"),
       },
     });
+    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.jsm, metrics: deps.metrics, logger: this.logger });
     this.stallWatch = new StallWatch({
       stallAfterMs: config.stallAfterMs,
       filtered: config.from.filterSubject !== undefined,
@@ -343,7 +342,24 @@ export class Link {
       gaps: [...this.gaps],
       ...(this.lastResync ? { lastResync: this.lastResync } : {}),
       ownership: this.ownership(),
+      window: this.window.status(),
     };
+  }
+
+  /** What the source says of its message sizes: the average it holds, and the largest it allows. */
+  private sourceSizes(): { avgMessageBytes?: number; maxMessageBytes?: number } {
+    const state = this.sourceInfo?.state;
+    const maxMsgSize = this.sourceInfo?.config.max_msg_size ?? -1;
+    const largest = maxMsgSize > 0 ? maxMsgSize : this.deps.source.info?.max_payload;
+    return {
+      ...(state && state.messages > 0 ? { avgMessageBytes: state.bytes / state.messages } : {}),
+      ...(largest !== undefined ? { maxMessageBytes: largest } : {}),
+    };
+  }
+
+  /** The link's config as its cursor is created with: the window as MaxAckPending. */
+  private cursorConfig(): LinkConfig {
+    return { ...this.deps.config, inFlight: this.window.maxAckPending };
   }
 
   private ownership(): LinkOwnership {
@@ -450,12 +466,13 @@ export class Link {
         if (this.pipeline.size > 0 && !(await this.drainWhileOwned())) continue;
         // The last cumulative ack is at the server before the consumer's ack-pending count is read.
         await withDeadline(source.flush(), config.publishTimeoutMs, "source flush", this.abort.signal);
+        // The cursor carries the window as its MaxAckPending (nothing is held now: no byte bound).
+        this.window.placed(this.sourceSizes());
         const position = await positionCursor(
-          { link: config, jsm: this.jsm, dest: this.deps.dest, logger: this.logger, signal: this.abort.signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
+          { link: this.cursorConfig(), jsm: this.jsm, dest: this.deps.dest, logger: this.logger, signal: this.abort.signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
           this.sourceRef(),
           true,
         );
-        this.throttled = false; // readDurable/createDurable set MaxAckPending back to inFlight
         if (position.created || position.repositioned) this.pipeline.cursorMoved();
         // The next delivery must be the one after what the consumer has delivered (1 for a new or
         // moved cursor): anything later means deliveries went elsewhere, and they go first.
@@ -477,7 +494,7 @@ export class Link {
         if (this.abort.signal.aborted) return;
         if (this.handoverReason !== undefined) continue; // placement moved the link meanwhile
         const messages = await consumer.consume({
-          ...this.pullWindow(),
+          ...this.window.pullOptions(),
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
           // that died is replaced within seconds, not the client's default 30 s.
           expires: PULL_EXPIRES_MS,
@@ -499,37 +516,6 @@ export class Link {
         await sleep(backoff.next(), this.abort.signal);
       }
     }
-  }
-
-  /**
-   * Pulls of batchSize each, as many outstanding as fill the window (pull-window.ts): a link reading
-   * another region gets its window per round trip, not one batch. Logged when it changes.
-   */
-  private pullWindow(): ReturnType<typeof pullWindow> {
-    const { config, source } = this.deps;
-    const largest = maxMessageBytes(this.sourceInfo?.config.max_msg_size, source.info?.max_payload);
-    const window = pullWindow(config, largest);
-    this.deps.metrics.pullWindow.set({ link: this.name }, window.max_messages);
-    if (window.max_messages === this.pullWindowLogged) return window;
-    this.pullWindowLogged = window.max_messages;
-    void this.logPullWindow(window.max_messages, largest);
-    return window;
-  }
-
-  /**
-   * The window's log line, with the source's round trip as measured now and the rate the window allows
-   * over it (one window per round trip): a link across a WAN sees there what its settings cap it at.
-   */
-  private async logPullWindow(window: number, largest: number): Promise<void> {
-    const { config, source } = this.deps;
-    const rttMs = await withDeadline(source.rtt(), RTT_WAIT_MS, "source round trip", this.abort.signal).catch(() => undefined);
-    const capPerSecond = windowPerSecond(window, rttMs);
-    this.logger.info(
-      { window, batchSize: config.batchSize, inFlight: config.inFlight, inFlightBytes: config.inFlightBytes, maxMessageBytes: largest, rttMs, capPerSecond },
-      window < config.inFlight
-        ? "pull window: fewer messages than inFlight (inFlightBytes over the largest message the source allows); the link gets at most this many per round trip to the source (capPerSecond at the measured rttMs): a larger inFlightBytes or a source max_msg_size widens it"
-        : "pull window: inFlight messages per round trip to the source (capPerSecond at the measured rttMs)",
-    );
   }
 
   /**
@@ -566,7 +552,7 @@ export class Link {
    * their own) and the relay holds nothing (a full pipeline waits for its destination, not its source).
    */
   private stallEligible(): boolean {
-    if (this.standby || !this.deps.lease.valid() || this.resyncing || this.throttled || !this.messages) return false;
+    if (this.standby || !this.deps.lease.valid() || this.resyncing || this.window.throttled || !this.messages) return false;
     if (this.pipeline.size > 0) return false;
     for (const t of this.troubles) if (t !== "stalled") return false;
     return true;
@@ -603,26 +589,6 @@ export class Link {
       return;
     }
     await this.deps.source.reconnect();
-  }
-
-  /**
-   * The byte bound of the window (inFlightBytes). The count bound is the consumer's MaxAckPending; for
-   * bytes the link lowers it to what it holds, so the server stops delivering (nothing is dropped that
-   * was delivered: a stopped pull would drop messages already on the wire, which then come back only
-   * after the ack wait, behind newer ones), and raises it again below half the bound. What is on its
-   * way while the update travels (a few pull batches) still arrives.
-   */
-  private throttle(): void {
-    const { config } = this.deps;
-    const jsm = this.jsm;
-    if (!jsm) return;
-    this.throttled = !this.throttled;
-    const max = this.throttled ? Math.max(1, this.pipeline.size) : config.inFlight;
-    const fields = { bytes: this.pipeline.bytes, inFlightBytes: config.inFlightBytes, maxAckPending: max };
-    jsm.consumers.update(config.from.stream, config.durableName, { max_ack_pending: max }).then(
-      () => this.logger.info(fields, this.throttled ? "in-flight bytes at the bound: the source delivers no more until half is acked" : "in-flight bytes below half the bound: delivery resumes"),
-      (err: unknown) => this.logger.warn({ ...fields, err: toRelayError(err).message }, "could not change the consumer's MaxAckPending"),
-    );
   }
 
   /**
@@ -816,7 +782,8 @@ export class Link {
       if (this.deliveriesLost(delivery)) return;
       if (delivery.streamSequence > this.highestSeen) this.highestSeen = delivery.streamSequence;
       this.pipeline.push(delivery);
-      if (!this.throttled && this.pipeline.bytes >= this.deps.config.inFlightBytes) this.throttle();
+      this.window.receive(m.data.length);
+      this.window.holding(this.pipeline.size, this.pipeline.bytes);
     } catch (err) {
       this.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
     }
@@ -876,7 +843,7 @@ export class Link {
           if (this.abort.signal.aborted) return;
           this.pipeline.keepAlive();
           this.deps.metrics.inFlightBytes.set({ link: this.name }, this.pipeline.bytes);
-          if (this.throttled && this.pipeline.bytes < this.deps.config.inFlightBytes / 2) this.throttle();
+          this.window.holding(this.pipeline.size, this.pipeline.bytes);
           this.backlog = reading;
           const labels = { link: this.name };
           this.deps.metrics.backlogMessages.set(labels, reading.messages);
@@ -884,6 +851,15 @@ export class Link {
           this.observeClock(reading.clockOffsetMs);
           if (this.troubles.has("source")) this.clear("source");
           this.stallWatch.observe(reading, this.delivered, this.stallEligible());
+          if (!this.standby && this.deps.lease.valid() && !this.resyncing) {
+            this.window.observe({
+              held: this.pipeline.size,
+              heldBytes: this.pipeline.bytes,
+              // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
+              awaitingDestination: this.troubles.has("dest") || this.troubles.has("refused") ? this.pipeline.size : this.publisher.inFlight,
+              sourcePending: reading.pending,
+            });
+          }
           // Missed heartbeats said stalled: the source answers again and has nothing for the link.
           if (this.troubles.has("stalled") && this.stallWatch.stalled === undefined && reading.pending === 0) this.clear("stalled");
           // Connected again with nothing left to publish: no PubAck will come to say so.
@@ -1030,7 +1006,7 @@ export class Link {
       const resyncLog = new ResyncLog(this.logger, this.deps.progressIntervalMs ?? 10_000);
       const result = await runResync(
         {
-          link: this.deps.config,
+          link: this.cursorConfig(),
           source: this.deps.source,
           jsm,
           ...(domain ? { domain } : {}),

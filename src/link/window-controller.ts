@@ -38,7 +38,9 @@
  * Pure: no timers, no I/O, no globals; all time comes from the samples.
  */
 
-export type WindowLimit = "rtt" | "bytes cap" | "messages cap" | "destination" | "relay" | "idle";
+/** What holds a link's window where it is (see the module comment). */
+export const WINDOW_LIMITS = ["rtt", "bytes cap", "messages cap", "destination", "relay", "idle"] as const;
+export type WindowLimit = (typeof WINDOW_LIMITS)[number];
 
 export interface WindowSample {
   /** Monotonic ms. */

@@ -92,7 +92,19 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     pullWindow: new Gauge({
       name: "relay_pull_window_messages",
-      help: "Messages the link keeps requested from its source consumer (its pull window): at most this many arrive per round trip",
+      help: "The link's pull window: its source consumer's MaxAckPending, sized to the round trip and the rate (at most this many delivered and not acked)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    windowLimit: new Gauge({
+      name: "relay_window_limit",
+      help: "1 for what holds the link's pull window where it is now (rtt, bytes cap, messages cap, destination, relay, idle), 0 for the others",
+      labelNames: ["link", "limit"] as const,
+      registers,
+    }),
+    sourceRtt: new Gauge({
+      name: "relay_source_rtt_seconds",
+      help: "The round trip to the source server the link reads from, measured every 5 s",
       labelNames: ["link"] as const,
       registers,
     }),

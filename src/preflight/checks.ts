@@ -8,7 +8,9 @@
  * reasons were scrubbed where they were caught.
  */
 import type { LinkConfig } from "../config/types.js";
-import { maxMessageBytes, pullWindow, windowPerSecond } from "../nats/pull-window.js";
+import { windowPerSecond } from "../nats/pull-window.js";
+import { REFERENCE_RATE_PER_SEC, startingWindow } from "../link/window-controller.js";
+import { initialWindow } from "../link/link-window.js";
 import { formatDuration } from "../config/durations.js";
 import { evictionFinding, replicationFinding } from "../guard/safety.js";
 import type { EvictionReport, ReplicationReport } from "../guard/safety.js";
@@ -57,6 +59,8 @@ export interface StreamFacts {
   /** 0 = unlimited. */
   readonly maxAgeMs: number;
   readonly messages: number;
+  /** What the stream holds (with `messages`: the average message size the window is sized by). */
+  readonly bytes?: number;
   /** A mirror, or a stream with sources. */
   readonly sourced: boolean;
   /** The stream's `max_msg_size`; 0 or less when it sets none. */
@@ -193,36 +197,42 @@ const mib = (bytes: number): string => (bytes >= MIB ? `${+(bytes / MIB).toFixed
 const configSize = (bytes: number): string => (bytes % MIB === 0 ? `${bytes / MIB}MiB` : `${Math.ceil(bytes / 1024)}KiB`);
 
 /**
- * The link's pull window and the rate it allows over the round trip to the source region (measured from
- * where the check runs, so run it where the relay runs). A window held below `inFlight` by
- * `inFlightBytes` over a WAN warns: the link moves at most one window per round trip.
+ * The window the link starts with and the cap it may grow to (it sizes itself to the round trip:
+ * link-window.ts), against what the round trip to the source region needs at 10,000 msgs/s (measured
+ * from where the check runs, so run it where the relay runs). A cap below that across a WAN warns: the
+ * link moves at most one cap per round trip. The bytes cap is inFlightBytes over the stream's average
+ * message size (the relay measures it as it goes; an empty stream gives no size to judge by).
  */
 export function checkWindow(link: LinkConfig, source: StreamFact, region: RegionFact): CheckResult {
   const name = "pull window";
   if (!region.ok) return skipped(name, `region ${link.from.region} is not reachable`);
   if (source.kind !== "found") return skipped(name, `stream ${where(link.from.region, link.from.stream)} was not read`);
-  const largest = maxMessageBytes(source.stream.maxMsgSize, region.maxPayload);
-  const { max_messages: window } = pullWindow(link, largest);
-  const limitedBy = source.stream.maxMsgSize !== undefined && source.stream.maxMsgSize > 0 ? "the stream's max_msg_size" : "the server's max_payload";
-  const bytesBound = window < link.inFlight;
-  const why = bytesBound
-    ? `: inFlightBytes ${mib(link.inFlightBytes)} over messages of up to ${mib(largest)} (${limitedBy}), not inFlight ${link.inFlight}`
-    : ` (inFlight)`;
-  if (region.rttMs === undefined) return { name, level: "ok", detail: `${window} messages per round trip to ${link.from.region}${why}; round trip not measured` };
-  const rtt = Math.max(1, Math.round(region.rttMs));
-  const cap = windowPerSecond(window, rtt);
-  const detail = `${window} messages per round trip to ${link.from.region}${why}; round trip from here ${rtt} ms: at most ~${cap} msgs/s`;
-  if (!bytesBound || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
-  const full = link.inFlight * largest;
-  const raise =
-    full <= MAX_IN_FLIGHT_BYTES
-      ? `links[${link.name}].inFlightBytes: ${configSize(full)} (inFlight × the largest message), or a max_msg_size on ${link.from.stream}`
-      : `a max_msg_size on ${link.from.stream} (inFlight × the largest message is more than inFlightBytes takes, 16GiB)`;
+  const s = source.stream;
+  const avg = s.bytes !== undefined && s.messages > 0 ? s.bytes / s.messages : undefined;
+  const rtt = region.rttMs === undefined ? undefined : Math.max(1, Math.round(region.rttMs));
+  const start = startingWindow({
+    capMessages: link.inFlight,
+    capBytes: link.inFlightBytes,
+    batchSize: link.batchSize,
+    initial: initialWindow(link),
+    ...(rtt !== undefined ? { rttMs: rtt } : {}),
+    ...(avg !== undefined ? { avgMessageBytes: avg } : {}),
+  });
+  const byBytes = start.cap < link.inFlight;
+  const capWhy = byBytes ? `inFlightBytes ${mib(link.inFlightBytes)} over messages of ~${mib(avg ?? 0)} on average` : `inFlight ${link.inFlight}`;
+  const base = `starts at ${start.window} messages and sizes itself to the round trip, up to ${start.cap} (${capWhy})`;
+  if (rtt === undefined) return { name, level: "ok", detail: `${base}; round trip to ${link.from.region} not measured` };
+  const detail = `${base}; round trip from here ${rtt} ms: ${REFERENCE_RATE_PER_SEC} msgs/s needs ~${start.neededForRtt ?? 0}, the cap allows ~${windowPerSecond(start.cap, rtt)} msgs/s`;
+  if (start.limit === "rtt" || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
+  const needed = start.neededForRtt ?? link.inFlight;
+  const raise = byBytes
+    ? `links[${link.name}].inFlightBytes: ${configSize(Math.min(MAX_IN_FLIGHT_BYTES, Math.ceil(needed * (avg ?? 1))))} (the window it needs × the average message)`
+    : `links[${link.name}].inFlight: ${Math.min(65_536, needed)}`;
   return {
     name,
     level: "warning",
     detail,
-    fix: `across a WAN give the link its full window: ${raise}; size inFlight at least the rate it must sustain × (round trip + ~20 ms) (README, "A link across a WAN")`,
+    fix: `across this round trip the cap holds the window below what ${REFERENCE_RATE_PER_SEC} msgs/s needs: ${raise} (README, "A link across a WAN")`,
   };
 }
 

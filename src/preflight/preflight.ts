@@ -141,6 +141,7 @@ export function streamFacts(info: StreamInfo): StreamFact {
       duplicateWindowMs: c.duplicate_window ? millis(c.duplicate_window) : 0,
       maxAgeMs: c.max_age ? millis(c.max_age) : 0,
       messages: info.state.messages,
+      bytes: info.state.bytes,
       maxMsgSize: c.max_msg_size ?? -1,
       sourced:
         info.mirror !== undefined ||

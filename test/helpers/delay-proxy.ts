@@ -11,7 +11,10 @@ import type { AddressInfo, Server, Socket } from "node:net";
  */
 export interface DelayProxy {
   readonly port: number;
+  /** The one-way delay now. */
   readonly oneWayMs: number;
+  /** Changes the delay of every byte from now on (bytes already queued keep theirs; order is kept). */
+  setOneWayMs(ms: number): void;
   close(): Promise<void>;
 }
 
@@ -22,11 +25,11 @@ class DelayedPipe {
 
   constructor(
     private readonly to: Socket,
-    private readonly delayMs: number,
+    private readonly delayMs: () => number,
   ) {}
 
   push(chunk: Buffer): void {
-    this.queue.push({ due: Date.now() + this.delayMs, chunk });
+    this.queue.push({ due: Date.now() + this.delayMs(), chunk });
     if (!this.timer) this.schedule();
   }
 
@@ -57,14 +60,15 @@ class DelayedPipe {
 
 export async function startDelayProxy(target: { port: number; host?: string; oneWayMs: number }): Promise<DelayProxy> {
   const host = target.host ?? "127.0.0.1";
+  let delay = target.oneWayMs;
   const sockets = new Set<Socket>();
   const pipes = new Set<DelayedPipe>();
   const server: Server = createServer((client) => {
     const upstream = connect({ port: target.port, host });
     client.setNoDelay(true);
     upstream.setNoDelay(true);
-    const up = new DelayedPipe(upstream, target.oneWayMs);
-    const down = new DelayedPipe(client, target.oneWayMs);
+    const up = new DelayedPipe(upstream, () => delay);
+    const down = new DelayedPipe(client, () => delay);
     for (const s of [client, upstream]) sockets.add(s);
     pipes.add(up).add(down);
     const end = () => {
@@ -85,7 +89,12 @@ export async function startDelayProxy(target: { port: number; host?: string; one
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return {
     port: (server.address() as AddressInfo).port,
-    oneWayMs: target.oneWayMs,
+    get oneWayMs() {
+      return delay;
+    },
+    setOneWayMs(ms: number) {
+      delay = ms;
+    },
     close: async () => {
       for (const p of pipes) p.stop();
       for (const s of sockets) s.destroy();

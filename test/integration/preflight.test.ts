@@ -198,31 +198,31 @@ describe("checks on facts", () => {
     assert.match(leases.fix ?? "", /at least 3m, or shorten group\.lease/);
   });
 
-  test("pull window: the rate a window allows over the round trip; a window held below inFlight by inFlightBytes over a WAN warns", () => {
-    const [plain, wide] = configLinks(`
+  test("pull window: where the window starts, the cap it may grow to and what the measured round trip needs; a cap below that across a WAN warns", () => {
+    const [plain, guarded, narrow] = configLinks(`
   - { name: p, from: { region: a, stream: S }, to: { region: b, stream: S } }
-  - { name: w, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlight: 4096, inFlightBytes: 4GiB }
-`) as [LinkConfig, LinkConfig];
+  - { name: g, from: { region: a, stream: S }, to: { region: b, stream: S }, guard: { memory: true } }
+  - { name: n, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlight: 1024 }
+`) as [LinkConfig, LinkConfig, LinkConfig];
     const region = (rttMs?: number) => ({ ok: true as const, server: "a-1", maxPayload: 1024 * 1024, ...(rttMs !== undefined ? { rttMs } : {}) });
-    const stream = found({ name: "S", subjects: ["S.>"] });
-    // Defaults: 64 MiB over 1 MiB messages is 64, so one batch (500); across 40 ms that is 12,500/s.
-    const wan = checkWindow(plain, stream, region(40));
-    assert.equal(wan.level, "warning");
-    assert.match(wan.detail, /^500 messages per round trip to a: inFlightBytes 64 MiB over messages of up to 1 MiB \(the server's max_payload\), not inFlight 1024; round trip from here 40 ms: at most ~12500 msgs\/s$/);
-    assert.match(wan.fix ?? "", /links\[p\]\.inFlightBytes: 1024MiB .* or a max_msg_size on S/);
-    // The fix is a value the config takes: whole MiB or KiB, and never above inFlightBytes' bound.
-    const odd = checkWindow(plain, found({ name: "S", subjects: ["S.>"], maxMsgSize: 1_000_000 }), region(40));
-    assert.match(odd.fix ?? "", /inFlightBytes: 1000000KiB /);
-    assert.doesNotThrow(() => configLinks(`  - { name: x, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlightBytes: 1000000KiB }`));
-    const [many] = configLinks(`  - { name: m, from: { region: a, stream: S }, to: { region: b, stream: S }, inFlight: 65536, batchSize: 500 }`) as [LinkConfig];
-    assert.match(checkWindow(many, stream, region(40)).fix ?? "", /^across a WAN give the link its full window: a max_msg_size on S \(inFlight × the largest message is more than inFlightBytes takes, 16GiB\)/);
-    assert.equal(checkWindow(plain, stream, region(1)).level, "ok", "on a LAN the window is not what limits the link");
-    assert.match(checkWindow(plain, stream, region()).detail, /round trip not measured/);
-    // A max_msg_size on the source stream lifts the byte bound: 64 MiB over 64 KiB is 1,024.
-    const small = checkWindow(plain, found({ name: "S", subjects: ["S.>"], maxMsgSize: 64 * 1024 }), region(40));
-    assert.equal(small.level, "ok");
-    assert.match(small.detail, /^1024 messages per round trip to a \(inFlight\); round trip from here 40 ms: at most ~25600 msgs\/s$/);
-    assert.match(checkWindow(wide, stream, region(40)).detail, /^4096 messages .* at most ~102400 msgs\/s$/);
+    const stream = found({ name: "S", subjects: ["S.>"], messages: 1_000, bytes: 1_000 * 1_024 });
+    // Defaults: starts at half the cap, may grow to 8192; 10,000 msgs/s over 300 ms needs 6,000.
+    const wan = checkWindow(plain, stream, region(300));
+    assert.equal(wan.level, "ok");
+    assert.match(wan.detail, /^starts at 4096 messages and sizes itself to the round trip, up to 8192 \(inFlight 8192\); round trip from here 300 ms: 10000 msgs\/s needs ~6000, the cap allows ~27307 msgs\/s$/);
+    // A smaller inFlight holds it below that across the WAN: a warning with the value that would do.
+    const held = checkWindow(narrow, stream, region(300));
+    assert.equal(held.level, "warning");
+    assert.match(held.fix ?? "", /links\[n\]\.inFlight: 6000/);
+    assert.equal(checkWindow(narrow, stream, region(1)).level, "ok", "on a LAN the window is not what limits the link");
+    // Large messages: inFlightBytes over the average size is the cap.
+    const large = checkWindow(plain, found({ name: "S", subjects: ["S.>"], messages: 100, bytes: 100 * 256 * 1024 }), region(300));
+    assert.equal(large.level, "warning");
+    assert.match(large.detail, /up to 500 \(inFlightBytes 64 MiB over messages of ~256 KiB on average\)/);
+    assert.match(large.fix ?? "", /links\[p\]\.inFlightBytes: 1500MiB/);
+    // A guarded link starts at its cap.
+    assert.match(checkWindow(guarded, stream, region(40)).detail, /^starts at 2048 messages/);
+    assert.match(checkWindow(plain, stream, region()).detail, /round trip to a not measured/);
     assert.equal(checkWindow(plain, stream, { ok: false, reason: "down" }).level, "skipped");
     assert.equal(checkWindow(plain, { kind: "missing" }, region(40)).level, "skipped");
   });
@@ -369,28 +369,28 @@ describe("check --live", () => {
     assert.match(row(r.out, "b-to-a", "guard").detail, /\(Redis \d+\.\d+\.\d+\)/, "the guard row names the Redis version it checked");
     assert.match(row(r.out, "b-to-a", "durable consumer").detail, /3 pending/);
     // On loopback the window is not what limits a link: ok, with the round trip it was measured over.
-    assert.match(row(r.out, "a-to-b", "pull window").detail, /^500 messages per round trip to a: .*; round trip from here \d+ ms: at most ~\d+ msgs\/s$/);
+    assert.match(row(r.out, "a-to-b", "pull window").detail, /^starts at 4096 messages and sizes itself to the round trip, up to 8192 \(inFlight 8192\); round trip from here \d+ ms: 10000 msgs\/s needs ~\d+, the cap allows ~\d+ msgs\/s$/);
     assert.match(row(r.out, "a-to-b", "durable consumer").detail, /does not exist yet/);
     // The offline lines are still there.
     assert.match(r.out, /region b: .* runs 1 link/);
     assert.match(r.out, /live check: 2 links, 0 errors, 0 warnings/);
   });
 
-  test("a link read across a WAN with the default window: the pull window row warns with the round trip measured through it", async () => {
+  test("a link read across a WAN with a window cap below what the round trip needs: the pull window row warns with the round trip measured through it", async () => {
     const s = uniqueName("WAN");
     await streams(s);
     const wan = await startDelayProxy({ port: Number(new URL(a.url).port), oneWayMs: 25 });
     try {
-      const yaml = `regions:\n  a: { servers: ["nats://127.0.0.1:${wan.port}"] }\n  b: { servers: ["${b.url}"] }\nlinks:\n  - name: a-to-b\n    from: { region: a, stream: ${s} }\n    to: { region: b, stream: ${s} }\n`;
+      const yaml = `regions:\n  a: { servers: ["nats://127.0.0.1:${wan.port}"] }\n  b: { servers: ["${b.url}"] }\nlinks:\n  - name: a-to-b\n    from: { region: a, stream: ${s} }\n    to: { region: b, stream: ${s} }\n    inFlight: 600\n`;
       const r = await check(yaml);
       assert.equal(r.code, 0, `a warning alone does not fail the check: ${r.out}${r.err}`);
       const w = row(r.out, "a-to-b", "pull window");
       assert.equal(w.level, "warning", w.detail);
-      const m = /round trip from here (\d+) ms: at most ~(\d+) msgs\/s$/.exec(w.detail);
+      const m = /round trip from here (\d+) ms: 10000 msgs\/s needs ~(\d+), the cap allows ~(\d+) msgs\/s$/.exec(w.detail);
       assert.ok(m, w.detail);
       assert.ok(Number(m[1]) >= 50, `the round trip goes through the 50 ms proxy: ${m[1]} ms`);
-      assert.equal(Number(m[2]), Math.round(500_000 / Number(m[1])));
-      assert.match(w.fix ?? "", /inFlightBytes: 1024MiB/);
+      assert.equal(Number(m[3]), Math.round(600_000 / Number(m[1])));
+      assert.match(w.fix ?? "", new RegExp(`links\\[a-to-b\\]\\.inFlight: ${m[2]}`));
       assert.equal((await check(yaml, "--strict")).code, 1, "--strict fails on the warning");
     } finally {
       await wan.close();

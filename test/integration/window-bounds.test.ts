@@ -28,7 +28,7 @@ test("the in-flight window is bounded in bytes: the source stops delivering at i
   // 2 MiB bound, pulls of 2 messages: the bound plus what arrives while the consumer update is on its
   // way (a few pulls), never the 15 MiB on offer.
   const { relay } = await startRelay(t, yaml("    batchSize: 2\n    inFlight: 100\n    inFlightBytes: 2MiB\n"), "b");
-  await check(async () => ((await consumerInfo(nca, src)).config.max_ack_pending ?? 0) < 100, { name: "MaxAckPending lowered at the byte bound", timeoutMs: 20_000 });
+  await check(async () => ((await consumerInfo(nca, src)).config.max_ack_pending ?? 0) < 8, { name: "MaxAckPending lowered at the byte bound", timeoutMs: 20_000 });
   const held = relay.status().links[0]?.inFlight ?? 0;
   assert.ok(held * size <= 4 * 1024 * 1024, `held ${held} messages of 256 KiB`);
   assert.ok((await consumerInfo(nca, src)).num_ack_pending <= held + 2, "the server stopped delivering");
@@ -36,7 +36,14 @@ test("the in-flight window is bounded in bytes: the source stops delivering at i
   await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
   await waitForCount(ncb, dst, ids.length, 60_000, "once the destination exists");
   await assertInOrder(ncb, dst, ids);
-  await check(async () => (await consumerInfo(nca, src)).config.max_ack_pending === 100, { name: "MaxAckPending restored", timeoutMs: 20_000 });
+  // Back to the window: 2 MiB over the stream's 256 KiB messages (and their headers) is 7 or 8, the
+  // self-sizing window's bytes cap.
+  await check(
+    async () => (await consumerInfo(nca, src)).config.max_ack_pending === (await metricValue(relay, "relay_pull_window_messages", { link: "a-to-b" })),
+    { name: "MaxAckPending back to the window", timeoutMs: 20_000 },
+  );
+  const max = (await consumerInfo(nca, src)).config.max_ack_pending ?? 0;
+  assert.ok(max >= 7 && max <= 8, `MaxAckPending ${max}`);
 });
 
 test("messages held longer than half the ack wait get in-progress acks: the source does not redeliver them", async (t) => {

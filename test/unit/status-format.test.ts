@@ -20,7 +20,7 @@ const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
 const status: RelayStatus = {
   region: "b",
   startedAt: "2026-12-01T00:00:00.000Z",
-  links: [link("l1", true, "m1", 42), link("l2", false, "m2")],
+  links: [{ ...link("l1", true, "m1", 42), window: { messages: 8192, limit: "messages cap" as const, cap: 8192, rttMs: 201.4, ratePerSec: 15_000 } }, link("l2", false, "m2")],
   group: {
     bucket: "relay_leases",
     member: "m1",
@@ -36,6 +36,10 @@ test("status shows each link's owner and epoch, and the group's members with the
   const table = formatTable(status).split("\n");
   assert.match(table[0] ?? "", /OWNER\s+EPOCH/);
   assert.match(table[1] ?? "", /^l1 .*this relay\s+42/);
+  // The self-sizing window, what holds it, and the round trip to the source.
+  assert.match(table[0] ?? "", /IN FLIGHT\s+WINDOW\s+RTT/);
+  assert.match(table[1] ?? "", /\s8192 messages cap\s+201ms\s/);
+  assert.match(table[2] ?? "", /\s0\s+-\s+-\s/);
   assert.match(table[2] ?? "", /^l2 .*m2\s+-/);
   const group = formatGroup(status).split("\n");
   assert.equal(group[0], "group bucket relay_leases: 2 members");

@@ -1,0 +1,210 @@
+import type { JetStreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { toRelayError } from "../errors.js";
+import { withDeadline } from "../lifecycle/deadline.js";
+import type { RelayMetrics } from "../observability/metrics.js";
+import { WINDOW_LIMITS, WindowController } from "./window-controller.js";
+import type { WindowLimit } from "./window-controller.js";
+
+/** How often the round trip to the source is measured (one PING), and how long a measurement may take. */
+const RTT_EVERY_MS = 5_000;
+const RTT_WAIT_MS = 2_000;
+
+/**
+ * Where a link's window starts. A guarded link waits for its guard (limit "relay"), so it would not
+ * grow: it starts at its cap, where the fixed window used to be. Others start at half the cap (at least
+ * two batches): the window grows once per poll, and a backlog across a WAN should not spend its first
+ * seconds on the ramp; the memory is bounded by inFlightBytes whatever the window.
+ */
+export function initialWindow(link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">): number {
+  return link.guard ? link.inFlight : Math.max(2 * link.batchSize, Math.floor(link.inFlight / 2));
+}
+
+/** The window as `/status` shows it. */
+export interface WindowStatus {
+  /** Messages the source may have delivered and not had acked (the consumer's MaxAckPending). */
+  readonly messages: number;
+  /** What holds the link now: rtt, bytes cap, messages cap, destination, relay, idle (or bytes held: inFlightBytes reached). */
+  readonly limit: WindowLimit | "bytes held";
+  /** The largest window the caps allow now. */
+  readonly cap: number;
+  readonly rttMs?: number;
+  readonly ratePerSec: number;
+  /** The window the measured rate needs over the measured round trip (rate × RTT × 2). */
+  readonly neededForRtt?: number;
+}
+
+export interface LinkWindowDeps {
+  readonly config: LinkConfig;
+  readonly source: NatsConnection;
+  readonly jsm: () => JetStreamManager | undefined;
+  readonly metrics: RelayMetrics;
+  readonly logger: Logger;
+}
+
+/**
+ * A link's pull window, sized by the window controller (window-controller.ts) and applied as the source
+ * consumer's MaxAckPending: the server delivers no more than that many unacked messages, so the window
+ * is what may be on the wire plus what the relay holds. The client keeps pulls outstanding up to
+ * `inFlight` (the cap), so no batch waits a round trip for the one before it; the window grows while
+ * the round trip limits the link and stops at `inFlight` or at `inFlightBytes` over the measured
+ * average message size. `inFlightBytes` is also the hard bound on what the relay holds: reached, the
+ * window drops to what is held (nothing more is delivered) until half of it is acked.
+ *
+ * Observed once per poll: the delivery counters, what the relay holds and what of it waits for the
+ * destination, the source's backlog and (every 5 s) the round trip; a decision that moves the window
+ * by 25 % or more updates the consumer.
+ */
+export class LinkWindow {
+  private controller: WindowController;
+  private delivered = 0;
+  private deliveredBytes = 0;
+  private rttMs: number | undefined;
+  private rttAt = -Infinity;
+  private ratePerSec = 0;
+  private neededForRtt: number | undefined;
+  private cap: number;
+  /** inFlightBytes reached: MaxAckPending is what the relay holds until half is acked. */
+  private held = false;
+  /** What the consumer's MaxAckPending is now (as last set or created). */
+  private applied: number;
+  private updating: Promise<void> | undefined;
+
+  constructor(private readonly deps: LinkWindowDeps) {
+    const { config } = deps;
+    this.controller = this.newController({});
+    this.cap = config.inFlight;
+    this.applied = this.controller.window;
+    deps.metrics.pullWindow.set({ link: config.name }, this.controller.window);
+  }
+
+  /** The consume options: pulls outstanding up to the cap, refilled a batch at a time. */
+  pullOptions(): { max_messages: number; threshold_messages?: number } {
+    const { inFlight, batchSize } = this.deps.config;
+    const threshold = inFlight - batchSize;
+    return threshold > 0 ? { max_messages: inFlight, threshold_messages: threshold } : { max_messages: inFlight };
+  }
+
+  /** The MaxAckPending a cursor placed now gets (the window, or what is held while the byte bound holds). */
+  get maxAckPending(): number {
+    return this.applied;
+  }
+
+  get throttled(): boolean {
+    return this.held;
+  }
+
+  /** A delivery arrived. */
+  receive(bytes: number): void {
+    this.delivered++;
+    this.deliveredBytes += bytes;
+  }
+
+  /**
+   * The cursor is about to be placed with `maxAckPending` (a new or read durable carries it). Until the
+   * link has measured its own messages, the window's bytes cap comes from what the source says of its
+   * sizes: the stream's average message, else the largest it allows (so a window of large messages
+   * does not start beyond inFlightBytes).
+   */
+  placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}): void {
+    this.held = false;
+    if (this.delivered === 0) this.controller = this.newController(sizes);
+    this.applied = this.controller.window;
+    this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, this.applied);
+  }
+
+  private newController(sizes: { avgMessageBytes?: number; maxMessageBytes?: number }): WindowController {
+    const { config } = this.deps;
+    return new WindowController({
+      capMessages: config.inFlight,
+      capBytes: config.inFlightBytes,
+      batchSize: config.batchSize,
+      initial: initialWindow(config),
+      ...(sizes.avgMessageBytes !== undefined && sizes.avgMessageBytes > 0 ? { avgMessageBytes: sizes.avgMessageBytes } : {}),
+      ...(sizes.maxMessageBytes !== undefined && sizes.maxMessageBytes > 0 ? { maxMessageBytes: sizes.maxMessageBytes } : {}),
+    });
+  }
+
+  /**
+   * The relay's holdings changed: the byte bound (inFlightBytes) is checked at every delivery and poll.
+   * Reached, MaxAckPending drops to what is held; below half, it returns to the window.
+   */
+  holding(size: number, bytes: number): void {
+    const bound = this.deps.config.inFlightBytes;
+    if (!this.held && bytes >= bound) {
+      this.held = true;
+      this.set(Math.max(1, size), { bytes, inFlightBytes: bound }, "in-flight bytes at the bound: the source delivers no more until half is acked");
+    } else if (this.held && bytes < bound / 2) {
+      this.held = false;
+      this.set(this.controller.window, { bytes, inFlightBytes: bound }, "in-flight bytes below half the bound: delivery resumes");
+    }
+  }
+
+  /** One poll: sizes the window from what the link did since the last one (owner only). */
+  observe(now: { held: number; heldBytes: number; awaitingDestination: number; sourcePending: number }): void {
+    this.measureRtt();
+    const decision = this.controller.observe({
+      nowMs: performance.now(),
+      rttMs: this.rttMs,
+      delivered: this.delivered,
+      deliveredBytes: this.deliveredBytes,
+      held: now.held,
+      heldBytes: now.heldBytes,
+      awaitingDestination: now.awaitingDestination,
+      sourcePending: now.sourcePending,
+    });
+    this.ratePerSec = decision.ratePerSec;
+    this.neededForRtt = decision.neededForRtt;
+    this.cap = decision.cap;
+    const labels = { link: this.deps.config.name };
+    for (const l of WINDOW_LIMITS) this.deps.metrics.windowLimit.set({ ...labels, limit: l }, l === decision.limit ? 1 : 0);
+    if (this.rttMs !== undefined) this.deps.metrics.sourceRtt.set(labels, this.rttMs / 1000);
+    if (!decision.changed || this.held) return;
+    this.set(
+      decision.window,
+      { limit: decision.limit, ratePerSec: Math.round(decision.ratePerSec), rttMs: this.rttMs, neededForRtt: decision.neededForRtt, cap: decision.cap },
+      "pull window resized",
+    );
+  }
+
+  status(): WindowStatus {
+    return {
+      messages: this.applied,
+      limit: this.held ? "bytes held" : this.controller.limit,
+      cap: this.cap,
+      ...(this.rttMs !== undefined ? { rttMs: Math.round(this.rttMs * 10) / 10 } : {}),
+      ratePerSec: Math.round(this.ratePerSec),
+      ...(this.neededForRtt !== undefined ? { neededForRtt: this.neededForRtt } : {}),
+    };
+  }
+
+  private measureRtt(): void {
+    const now = performance.now();
+    if (now - this.rttAt < RTT_EVERY_MS) return;
+    this.rttAt = now;
+    withDeadline(this.deps.source.rtt(), RTT_WAIT_MS, "source round trip").then(
+      (ms) => (this.rttMs = ms),
+      () => undefined, // kept: a lost PING is the connection watchdog's business
+    );
+  }
+
+  /** Sets the consumer's MaxAckPending (one update at a time; the latest wins). */
+  private set(max: number, fields: Record<string, unknown>, msg: string): void {
+    if (max === this.applied) return;
+    this.applied = max;
+    this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, max);
+    const { config, logger } = this.deps;
+    const run = async (): Promise<void> => {
+      await this.updating;
+      const jsm = this.deps.jsm();
+      if (!jsm || this.applied !== max) return;
+      await jsm.consumers.update(config.from.stream, config.durableName, { max_ack_pending: max }).then(
+        () => logger.info({ ...fields, maxAckPending: max }, msg),
+        (err: unknown) => logger.warn({ ...fields, maxAckPending: max, err: toRelayError(err).message }, "could not change the consumer's MaxAckPending"),
+      );
+    };
+    this.updating = run();
+  }
+}
