@@ -186,7 +186,7 @@ test("the owner is SIGSTOPped mid-publish again and again, each time for 3x the 
   // busy owner (2,500 msgs/s, for the whole test), so some land inside a publish or ack burst.
   const leaseMs = 2_000;
   const r = await setup(t, "", leaseMs);
-  const rounds = scaled(3, 10);
+  const rounds = scaled(2, 10);
   const total = scaled(rounds * 25_000, 10 * 25_000);
   const load = startLoad(r.nca, r.src, total, { ratePerSec: 2_500 });
   const members = [await member(t, r.config), await member(t, r.config)];

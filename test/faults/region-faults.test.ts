@@ -20,6 +20,8 @@ import type { LivenessReport, LivenessWatch } from "../helpers/liveness.js";
 const TOTAL = scaled(10_000, 100_000);
 
 test("destination is a 3-node cluster whose stream leader is killed mid-transfer", async (t) => {
+  // A backlog the self-sized window does not finish before the leader is looked up and killed.
+  const total = scaled(50_000, 100_000);
   const servers = withServers(t);
   const [a, cluster] = await Promise.all([servers.startNats(), servers.startNatsCluster({ size: 3 })]);
   const src = uniqueName("SRC");
@@ -28,7 +30,7 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
   const ncb = await connectTo(t, cluster.urls);
   await createStream(nca, { name: src, subjects: [`${src}.>`] });
   await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
-  await publishIds(nca, src, "m", TOTAL);
+  await publishIds(nca, src, "m", total);
   // The server may store a later message before an earlier one here (counted by the relay and allowed
   // below); the same reorder moves that entity's version back, so versions are not checked separately.
   const source = await readSource(nca, src, { versions: false });
@@ -42,13 +44,13 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
     { http: true },
   );
   const live = watch(t, url);
-  await waitForCount(ncb, dst, TOTAL * 0.2, 60_000, "before the leader is killed");
+  await waitForCount(ncb, dst, total * 0.2, 60_000, "before the leader is killed");
   const leaderName = (await (await jetstreamManager(ncb)).streams.info(dst)).cluster?.leader;
   const leader = cluster.nodes.find((n) => n.name === leaderName);
   if (!leader) throw new Error(`stream leader ${leaderName} is not one of the cluster's nodes`);
-  await assertMidTransfer(ncb, dst, TOTAL);
+  await assertMidTransfer(ncb, dst, total);
   await leader.kill();
-  await waitForCount(ncb, dst, TOTAL, 90_000, "after the leader was killed").catch(async (err: unknown) => {
+  await waitForCount(ncb, dst, total, 90_000, "after the leader was killed").catch(async (err: unknown) => {
     // Say what the cluster thinks, so a failure here can be told apart from a relay problem.
     for (const n of cluster.nodes.filter((x) => x.running)) {
       const jsz = await fetch(`http://127.0.0.1:${n.monitorPort}/jsz?streams=true`).then(

@@ -136,3 +136,61 @@ test("the node leading the source consumer SIGSTOPped for 20 s while every conne
   assertDelivery(report);
   assert.ok(relay.status().links[0]?.state === "live" || relay.status().links[0]?.state === "catching-up");
 });
+
+test("black hole on the path to the destination node the owner uses, a group of two relays: flow resumes within 10 s, never two owners; every id once, in order", async (t) => {
+  const servers = new LocalBackend();
+  t.after(() => servers.cleanup());
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNatsCluster({ size: 3, node: () => ({ noAdvertise: true }) })]);
+  // Each relay reaches region b through proxies of its own, one per node.
+  const proxiesOf = () => Promise.all(b.nodes.map((n) => startBlackHoleProxy({ port: n.port })));
+  const [p1, p2] = await Promise.all([proxiesOf(), proxiesOf()]);
+  t.after(() => Promise.all([...p1, ...p2].map((p) => p.close())));
+  const src = uniqueName("SRC");
+  const dst = uniqueName("DST");
+  const nca = await connectTo(t, a.url);
+  const ncb = await connectTo(t, b.urls);
+  await createStream(nca, { name: src, subjects: [`${src}.>`] });
+  await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
+  const yamlVia = (proxies: readonly { port: number }[]) =>
+    linkYaml({
+      regions: { a: [a.url], b: proxies.map((p) => `nats://127.0.0.1:${p.port}`) },
+      links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }],
+      extra: "group: { lease: 3s, renew: 500ms }\n",
+    });
+  const relays = [(await startRelay(t, yamlVia(p1), "b")).relay, (await startRelay(t, yamlVia(p2), "b")).relay];
+  const owners = () => relays.filter((r) => r.status().links[0]?.ownership?.self === true);
+  await check(() => owners().length === 1 && owners()[0]?.status().links[0]?.state === "live", { name: "one relay owns the link, live", timeoutMs: 30_000 });
+  const load = startChaosLoad(nca, src, { total: 40 * RATE, ratePerSec: RATE, entities: 10 });
+  t.after(() => load.stop());
+  await check(async () => (await streamCount(ncb, dst)) > 2 * RATE, { name: "the link relays", timeoutMs: 30_000 });
+  const owner = owners()[0] as Relay;
+  const port = Number(owner.status().connections?.find((c) => c.role === "local" && c.state === "connected")?.server?.split(":").at(-1));
+  const proxy = [...p1, ...p2].find((p) => p.port === port);
+  if (!proxy) throw new Error(`the owner's destination connection (port ${port}) is not through a proxy`);
+  // Never two owners: watched every 50 ms from the black hole to the end.
+  let twoOwners = 0;
+  const watcher = setInterval(() => {
+    if (owners().length > 1) twoOwners++;
+  }, 50);
+  t.after(() => clearInterval(watcher));
+  const before = await streamCount(ncb, dst);
+  proxy.blackHole();
+  const holedAt = Date.now();
+  await check(async () => (await streamCount(ncb, dst)) > before + RATE, {
+    name: "the flow resumes within 10 s (the owner on another node, or another owner)",
+    timeoutMs: 10_000,
+    intervalMs: 100,
+  }).catch((err: unknown) => {
+    throw new Error(`${(err as Error).message}: ${relays.map((r) => JSON.stringify(r.status().links[0]?.stateHistory.slice(-3))).join(" | ")}`);
+  });
+  t.diagnostic(`destination black hole: flowing again after ${Date.now() - holedAt} ms; owner now ${owners()[0] === owner ? "the same relay" : "the other relay"}`);
+  proxy.restore();
+  await load.done;
+  const stuck = await settled(nca, src, "after the black hole", 60_000);
+  clearInterval(watcher);
+  const report = await checkDelivery({ fault: "black hole to the destination node the owner uses", dest: ncb, stream: dst, source: await readSource(nca, src) });
+  await recordRow(report);
+  if (stuck) throw withReport(stuck, report);
+  assertDelivery(report);
+  assert.equal(twoOwners, 0, "never two owners at once");
+});

@@ -62,11 +62,11 @@ const expectedHeader = /^nats-expected-/i;
 
 /**
  * The header block the relay sends with a first-hop message from region a that has only a Nats-Msg-Id
- * (README "Headers on relayed messages"; Relay-Source-Time is always 30 characters).
+ * (README "Headers on relayed messages"; Relay-Source-Time is always 30 characters; the link is a-to-b).
  */
 const relayHeaderBytes = (id: string, src: string, seq: number) =>
   Buffer.byteLength(
-    `NATS/1.0\r\nNats-Msg-Id: ${id}\r\nRelay-Origin: a\r\nRelay-Path: a\r\nRelay-Source: a ${src} ${seq}\r\nRelay-Source-Time: ${"0".repeat(30)}\r\n\r\n`,
+    `NATS/1.0\r\nNats-Msg-Id: ${id}\r\nRelay-Origin: a\r\nRelay-Path: a\r\nRelay-Source: a ${src} ${seq}\r\nRelay-Source-Time: ${"0".repeat(30)}\r\nRelay-Link: a-to-b\r\n\r\n`,
   );
 
 test("a destination that does not bind the link's subjects: the link fails at start, naming them", async (t) => {

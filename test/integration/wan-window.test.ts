@@ -67,7 +67,7 @@ test("a round trip jumping between 20 and 400 ms under load: the window stays wi
   });
   const { relay } = await startRelay(t, yaml, "b");
   await check(() => relay.status().links[0]?.state === "live", { name: "the link is live", timeoutMs: 20_000 });
-  const total = 2_000 * 20;
+  const total = 2_000 * 12;
   const load = startChaosLoad(nca, src, { total, ratePerSec: 2_000, entities: 10 });
   const finished = () => load.published >= total;
   t.after(() => load.stop());

@@ -31,7 +31,9 @@ test("the in-flight window is bounded in bytes: the source stops delivering at i
   await check(async () => ((await consumerInfo(nca, src)).config.max_ack_pending ?? 0) < 8, { name: "MaxAckPending lowered at the byte bound", timeoutMs: 20_000 });
   const held = relay.status().links[0]?.inFlight ?? 0;
   assert.ok(held * size <= 4 * 1024 * 1024, `held ${held} messages of 256 KiB`);
-  assert.ok((await consumerInfo(nca, src)).num_ack_pending <= held + 2, "the server stopped delivering");
+  // Delivered is at most the window (8: 2 MiB over 256 KiB messages) and a couple on the wire.
+  const ackPending = (await consumerInfo(nca, src)).num_ack_pending;
+  assert.ok(ackPending <= 10, `the server stopped delivering (${ackPending} ack-pending, ${held} held)`);
   assert.ok((await metricValue(relay, "relay_inflight_bytes", { link: "a-to-b" })) >= 0);
   await createStream(ncb, { name: dst, subjects: [`${src}.>`] });
   await waitForCount(ncb, dst, ids.length, 60_000, "once the destination exists");
