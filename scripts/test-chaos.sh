@@ -3,7 +3,7 @@
 #   npm run test:chaos                           a random seed (printed), 3 minutes
 #   npm run test:chaos -- --seed N --minutes M   that schedule again, that long
 # The same seed and length give the same schedule (test/faults/chaos/schedule.ts); `npm test` runs
-# seed 21 for 2 minutes.
+# seed 21 for 1.5 minutes (every fault kind once).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seed="$(( (RANDOM << 15) | RANDOM ))"

@@ -30,12 +30,12 @@ import { startChaosLoad } from "./chaos/load.js";
  * A message the guard dropped as a stale version is missing from the destination, so it is a
  * violation here: the source held it in order, and only the relay can have put it behind a newer one.
  *
- *   npm test                                     the short soak (2 minutes, seed 21: every fault kind once)
+ *   npm test                                     the short soak (1.5 minutes, seed 21: every fault kind once)
  *   npm run test:chaos -- --seed N --minutes M   any seed, any length (a random seed when none given)
  */
 
 const SEED = Number(process.env["CHAOS_SEED"] ?? 21);
-const MINUTES = Number(process.env["CHAOS_MINUTES"] ?? 2);
+const MINUTES = Number(process.env["CHAOS_MINUTES"] ?? 1.5);
 const RATE = 400;
 const ENTITIES = 50;
 const LEASE_MS = 3_000;

@@ -47,7 +47,7 @@ const SETTLE_MS = scaled(30_000, 300_000);
 const TEST_TIMEOUT_MS = scaled(120_000, 1_800_000);
 /** Messages published right before each fault, which then hits part-way through relaying them. */
 // A self-sized window moves a burst fast on loopback: large enough that a fault lands inside it.
-const BURST = scaled(20_000, 50_000);
+const BURST = scaled(12_000, 50_000);
 
 // ---------------------------------------------------------------------------------------------
 // 1. Source stream leader killed
@@ -622,7 +622,7 @@ async function midBurst(
     timeoutMs: 60_000,
     intervalMs: 10,
   });
-  await delay(jitter(scaled(50, 300)));
+  await delay(jitter(scaled(30, 150)));
   const d = await count(r.ncb, r.dst);
   // Conservative: background traffic relayed meanwhile also counts as progress through the burst.
   assert.ok(

@@ -52,7 +52,7 @@ function sourcePort(relay: Relay): number | undefined {
 test("black hole on the path to the source node in use: status not live within 5 s, flow resumes through another node within 10 s; every id once, in order", async (t) => {
   const r = await region(t);
   const { relay } = await startRelay(t, r.yaml, "b");
-  const load = startChaosLoad(r.nca, r.src, { total: 40 * RATE, ratePerSec: RATE, entities: 10 });
+  const load = startChaosLoad(r.nca, r.src, { total: 20 * RATE, ratePerSec: RATE, entities: 10 });
   t.after(() => load.stop());
   await check(async () => relay.status().links[0]?.state === "live" && (await streamCount(r.ncb, r.dst)) > 2 * RATE, { name: "the link is live and relaying", timeoutMs: 30_000 });
   const port = sourcePort(relay);
@@ -105,7 +105,7 @@ test("the node leading the source consumer SIGSTOPped for 20 s while every conne
   const watcher = await connectTo(t, r.a.nodes.filter((n) => n !== leader).map((n) => n.url));
   const wjsm = await jetstreamManager(watcher);
   // Published one at a time with retries: the paused node may lead the stream too (an election).
-  const load = startChaosLoad(watcher, r.src, { total: 45 * RATE, ratePerSec: RATE, entities: 10 });
+  const load = startChaosLoad(watcher, r.src, { total: 32 * RATE, ratePerSec: RATE, entities: 10 });
   t.after(() => load.stop());
   await check(async () => (await streamCount(r.ncb, r.dst)) > 2 * RATE, { name: "the link relays", timeoutMs: 30_000 });
   await leader.pause();
@@ -160,7 +160,7 @@ test("black hole on the path to the destination node the owner uses, a group of 
   const relays = [(await startRelay(t, yamlVia(p1), "b")).relay, (await startRelay(t, yamlVia(p2), "b")).relay];
   const owners = () => relays.filter((r) => r.status().links[0]?.ownership?.self === true);
   await check(() => owners().length === 1 && owners()[0]?.status().links[0]?.state === "live", { name: "one relay owns the link, live", timeoutMs: 30_000 });
-  const load = startChaosLoad(nca, src, { total: 40 * RATE, ratePerSec: RATE, entities: 10 });
+  const load = startChaosLoad(nca, src, { total: 20 * RATE, ratePerSec: RATE, entities: 10 });
   t.after(() => load.stop());
   await check(async () => (await streamCount(ncb, dst)) > 2 * RATE, { name: "the link relays", timeoutMs: 30_000 });
   const owner = owners()[0] as Relay;

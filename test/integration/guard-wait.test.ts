@@ -84,7 +84,8 @@ test("waitReplicas 1: a commit passes with its replica; with the replica paused 
 test("a link with waitReplicas 1: its replica paused mid-transfer, the link pauses; resumed, it finishes exactly once", async (t) => {
   const { src, dst, nca, ncb, yaml } = await twoRegions(t);
   const { primary, replicas } = await startRedisReplicated(t, { replicas: 1 });
-  const ids = await publishIds(nca, src, "m", 3_000);
+  // Enough that the link's whole window (2048, pulled at once) is far from the end when the replica stops.
+  const ids = await publishIds(nca, src, "m", 12_000);
   const guard = `    batchSize: 100\n    guard: { redis: { url: "${primary.url}", waitReplicas: 1, waitTimeout: 300ms } }\n`;
   const { relay, url } = await startRelay(t, yaml(guard), "b", { http: true });
   await waitForCount(ncb, dst, 300, 30_000);
