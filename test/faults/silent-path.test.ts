@@ -9,7 +9,7 @@ import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import { startRelay } from "../helpers/relays.js";
 import { linkYaml } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
-import { settled, withReport } from "./process-harness.js";
+import { mergeLiveness, settled, watch, withReport } from "./process-harness.js";
 import { startChaosLoad } from "./chaos/load.js";
 import type { Relay } from "../../src/relay.js";
 
@@ -18,7 +18,8 @@ import type { Relay } from "../../src/relay.js";
  * no close (a middlebox or NAT on the WAN lost its state; a node hangs), while the region's other nodes
  * are reachable. The source region is a 3-node cluster that advertises no client URLs, reached through
  * one proxy per node: the relay can only leave the silent node by noticing the silence. Before: the
- * flow stopped for 35.6 s and `/status` said `live` for 13 s of it.
+ * flow stopped for 35.6 s and `/status` said `live` for 13 s of it. Each test ends in the shared checker:
+ * every id once, source order overall and per subject, versions never back, /healthz answering throughout.
  */
 
 const RATE = 200;
@@ -51,7 +52,8 @@ function sourcePort(relay: Relay): number | undefined {
 
 test("black hole on the path to the source node in use: status not live within 5 s, flow resumes through another node within 10 s; every id once, in order", async (t) => {
   const r = await region(t);
-  const { relay } = await startRelay(t, r.yaml, "b");
+  const { relay, url } = await startRelay(t, r.yaml, "b", { http: true });
+  const live = watch(t, url);
   const load = startChaosLoad(r.nca, r.src, { total: 20 * RATE, ratePerSec: RATE, entities: 10 });
   t.after(() => load.stop());
   await check(async () => relay.status().links[0]?.state === "live" && (await streamCount(r.ncb, r.dst)) > 2 * RATE, { name: "the link is live and relaying", timeoutMs: 30_000 });
@@ -82,7 +84,8 @@ test("black hole on the path to the source node in use: status not live within 5
   proxy.restore();
   await load.done;
   const stuck = await settled(r.nca, r.src, "after the black hole", 60_000);
-  const report = await checkDelivery({ fault: "black hole to the source node in use", dest: r.ncb, stream: r.dst, source: await readSource(r.nca, r.src) });
+  const liveness = await live.stop(); // before the test's own stream reads load this process
+  const report = { ...(await checkDelivery({ fault: "black hole to the source node in use", dest: r.ncb, stream: r.dst, source: await readSource(r.nca, r.src) })), liveness };
   await recordRow(report);
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
@@ -90,7 +93,8 @@ test("black hole on the path to the source node in use: status not live within 5
 
 test("the node leading the source consumer SIGSTOPped for 20 s while every connection stays open: flow resumes within 10 s of the new leader; every id once, in order", async (t) => {
   const r = await region(t);
-  const { relay } = await startRelay(t, r.yaml, "b");
+  const { relay, url } = await startRelay(t, r.yaml, "b", { http: true });
+  const live = watch(t, url);
   await check(() => relay.status().links[0]?.state === "live", { name: "the link is live", timeoutMs: 30_000 });
   const jsm = await jetstreamManager(r.nca);
   // The consumer's leader is known once its raft group elected one.
@@ -130,7 +134,8 @@ test("the node leading the source consumer SIGSTOPped for 20 s while every conne
   await leader.resume();
   await load.done;
   const stuck = await settled(watcher, r.src, "after the pause", 60_000);
-  const report = await checkDelivery({ fault: "source consumer leader SIGSTOP 20 s", dest: r.ncb, stream: r.dst, source: await readSource(watcher, r.src) });
+  const liveness = await live.stop();
+  const report = { ...(await checkDelivery({ fault: "source consumer leader SIGSTOP 20 s", dest: r.ncb, stream: r.dst, source: await readSource(watcher, r.src) })), liveness };
   await recordRow(report);
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
@@ -157,7 +162,9 @@ test("black hole on the path to the destination node the owner uses, a group of 
       links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }],
       extra: "group: { lease: 3s, renew: 500ms }\n",
     });
-  const relays = [(await startRelay(t, yamlVia(p1), "b")).relay, (await startRelay(t, yamlVia(p2), "b")).relay];
+  const started = [await startRelay(t, yamlVia(p1), "b", { http: true }), await startRelay(t, yamlVia(p2), "b", { http: true })];
+  const relays = started.map((s) => s.relay);
+  const lives = started.map((s) => watch(t, s.url));
   const owners = () => relays.filter((r) => r.status().links[0]?.ownership?.self === true);
   await check(() => owners().length === 1 && owners()[0]?.status().links[0]?.state === "live", { name: "one relay owns the link, live", timeoutMs: 30_000 });
   const load = startChaosLoad(nca, src, { total: 20 * RATE, ratePerSec: RATE, entities: 10 });
@@ -188,7 +195,11 @@ test("black hole on the path to the destination node the owner uses, a group of 
   await load.done;
   const stuck = await settled(nca, src, "after the black hole", 60_000);
   clearInterval(watcher);
-  const report = await checkDelivery({ fault: "black hole to the destination node the owner uses", dest: ncb, stream: dst, source: await readSource(nca, src) });
+  const liveness = mergeLiveness(await Promise.all(lives.map((l) => l.stop())));
+  const report = {
+    ...(await checkDelivery({ fault: "black hole to the destination node the owner uses", dest: ncb, stream: dst, source: await readSource(nca, src) })),
+    ...(liveness ? { liveness } : {}),
+  };
   await recordRow(report);
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
