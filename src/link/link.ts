@@ -401,7 +401,9 @@ export class Link {
   private async handOver(): Promise<void> {
     const reason = this.handoverReason;
     // Nothing new is pulled: the pipeline only shrinks, unless the destination is down (then it waits).
-    while (this.pipeline.size > 0 && this.handoverReason !== undefined && !this.abort.signal.aborted && !this.guardWatch.lost) {
+    // A lease lost meanwhile ends the wait: the pipeline no longer publishes, and what it holds is kept
+    // or dropped by the standby that follows, whoever owns the link next.
+    while (this.pipeline.size > 0 && this.handoverReason !== undefined && this.deps.lease.valid() && !this.abort.signal.aborted && !this.guardWatch.lost) {
       await this.pipeline.drained(AbortSignal.any([this.abort.signal, AbortSignal.timeout(1_000)]));
     }
     if (this.handoverReason === undefined || this.abort.signal.aborted) return;

@@ -3,11 +3,13 @@ import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
 import { check } from "../helpers/check.js";
 import type { HasAfter } from "../helpers/servers.js";
-import { createStream, readStream, streamCount } from "../helpers/streams.js";
+import { DiscardPolicy } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { createStream, readStream, streamCount, updateStream } from "../helpers/streams.js";
 import { startGate } from "../helpers/tcp-gate.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
 import type { RelayProcess } from "../helpers/relays.js";
-import { linkYaml, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import type { LivenessReport } from "../helpers/liveness.js";
 import { assertDelivery, checkDelivery, readSource, recordRow, scaled } from "./checker.js";
 import { mergeLiveness, scrapeMetric, settled, startLoad, terminate, waitReady, watch, withReport } from "./process-harness.js";
@@ -48,7 +50,7 @@ async function member(t: HasAfter, config: string): Promise<Member> {
 }
 
 interface StatusBody {
-  links: { state: string; ownership?: { self: boolean } }[];
+  links: { name: string; state: string; ownership?: { self: boolean; key: string } }[];
   group?: { members: { id: string }[] };
 }
 
@@ -284,6 +286,72 @@ test("the owner's connection to its own region is cut: it is fenced within the l
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
   assert.deepEqual(codes, [0, 0], "both members drain and exit 0");
+});
+
+test("a handover waiting on a full destination meets a lost lease: the old owner stands by at once and the new owner relays; every id once, in order", async (t) => {
+  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
+  const src2 = `${r.src}_2`;
+  const dst2 = `${r.dst}_2`;
+  await createStream(r.nca, { name: src2, subjects: [`${src2}.>`] });
+  await createStream(r.ncb, { name: dst2, subjects: [`${src2}.>`], duplicateWindowMs: DUP_WINDOW_MS });
+  const pairs = [
+    { link: "one", src: r.src, dst: r.dst },
+    { link: "two", src: src2, dst: dst2 },
+  ];
+  // Both destinations full: what an owner pulls waits in its pipeline, so a handover cannot finish.
+  for (const p of pairs) {
+    await updateStream(r.ncb, p.dst, { discard: DiscardPolicy.New, max_msgs: 100 });
+    await publishIds(r.nca, p.src, p.link, 1_000);
+  }
+  const config = await writeConfig(
+    linkYaml({
+      regions: { a: [r.a.url], b: [r.b.url] },
+      links: pairs.map((p) => ({ name: p.link, from: "a", fromStream: p.src, to: "b", toStream: p.dst })),
+      extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }`,
+    }),
+  );
+  const linkOf = async (m: Member, name: string) => (await status(m).catch(() => undefined))?.links.find((l) => l.name === name);
+  const first = await member(t, config);
+  await check(async () => (await Promise.all(pairs.map((p) => linkOf(first, p.link)))).every((l) => l?.ownership?.self === true && l.state === "paused"), {
+    name: "the first member owns both links, both paused by their full destinations",
+    timeoutMs: 20_000,
+    intervalMs: 100,
+  });
+  // The second member joins: placement moves one link to it, and the first starts handing that one over.
+  const second = await member(t, config);
+  const { handing } = await check(
+    () => {
+      const line = first.process.output().split("\n").find((l) => l.includes("handing the link over"));
+      return line ? { handing: (JSON.parse(line) as { link: string }).link } : undefined;
+    },
+    { name: "the first member hands a link over", timeoutMs: 20_000, intervalMs: 100 },
+  );
+  const key = (await linkOf(first, handing))?.ownership?.key;
+  assert.ok(key, `${handing}: the lease key in /status`);
+  // It cannot finish (its held messages cannot be published), and now loses the lease: an operator
+  // deletes the key, as a bucket re-created or a key purged would. The second member takes the link.
+  await (await new Kvm(r.ncb).open("relay_leases")).delete(key);
+  await check(async () => (await linkOf(second, handing))?.ownership?.self === true, {
+    name: `${handing}: the second member owns it`,
+    timeoutMs: 3 * LEASE_MS,
+    intervalMs: 100,
+  });
+  // The old owner stops waiting for a handover that is no longer its to finish: standby, its held messages dropped.
+  await check(async () => (await linkOf(first, handing))?.state === "standby", {
+    name: `${handing}: the first member stands by`,
+    timeoutMs: 10_000,
+    intervalMs: 100,
+  }).catch(async (err: unknown) => {
+    throw new Error(`${String(err)}\nlast /status: ${JSON.stringify(await linkOf(first, handing))}`, { cause: err });
+  });
+  for (const p of pairs) await updateStream(r.ncb, p.dst, { max_msgs: -1 });
+  for (const p of pairs) {
+    await waitForCount(r.ncb, p.dst, 1_000, 60_000, `${p.link}: everything relayed once the destination has room`);
+    const report = await checkDelivery({ fault: `handover meets a lost lease, ${p.link}`, dest: r.ncb, stream: p.dst, source: await readSource(r.nca, p.src) });
+    await recordRow(report);
+    assertDelivery(report);
+  }
+  assert.deepEqual(await Promise.all([first, second].map((m) => terminate(m.process))), [0, 0], "both members drain and exit 0");
 });
 
 test("rolling restart of every member of a group with 2 links under load: every id once and in order per link, no link idle for 5 s", async (t) => {

@@ -1,5 +1,6 @@
 import { connect } from "@nats-io/transport-node";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import type { StreamConfig } from "@nats-io/jetstream";
 import type { NatsConnection, MsgHdrs } from "@nats-io/nats-core";
 import { headers as createHeaders, nanos } from "@nats-io/nats-core";
 
@@ -110,6 +111,12 @@ export async function readStream(nc: NatsConnection, stream: string, timeoutMs =
     }
   }
   return out;
+}
+
+/** Changes a stream's config in place (the client merges `cfg` into the current config). */
+export async function updateStream(nc: NatsConnection, stream: string, cfg: Partial<StreamConfig>): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.update(stream, cfg);
 }
 
 export async function streamCount(nc: NatsConnection, stream: string): Promise<number> {

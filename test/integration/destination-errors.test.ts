@@ -11,6 +11,7 @@ import {
   publishMany,
   readStream,
   streamCount,
+  updateStream,
 } from "../helpers/streams.js";
 import type { OutMessage, StoredMessage } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
@@ -24,12 +25,6 @@ import {
   twoRegions,
   waitForCount,
 } from "../helpers/scenario.js";
-
-/** Changes a stream's config in place (the client merges `cfg` into the current config). */
-async function updateStream(nc: NatsConnection, stream: string, cfg: Partial<StreamConfig>): Promise<void> {
-  const jsm = await jetstreamManager(nc);
-  await jsm.streams.update(stream, cfg);
-}
 
 /** A stream in the destination region that captures the link's dead-letter subject. */
 async function deadLetterStream(
