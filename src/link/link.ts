@@ -482,6 +482,8 @@ export class Link {
         this.recoverLost = false;
         if (position.repositioned) this.pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         if (position.startSeq !== undefined) this.highestSeen = Math.max(this.highestSeen, position.startSeq - 1);
+        // Where the next first delivery follows: holes the consumer jumps over from there are gaps.
+        this.gapDetector.placed(position.startSeq !== undefined ? position.startSeq - 1 : position.created ? undefined : position.info.delivered.stream_seq);
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream has no cursor to compare yet.)
         if (!position.created || position.startSeq !== undefined) {
@@ -776,12 +778,15 @@ export class Link {
       this.messages?.stop();
       return;
     }
+    if (this.state.state === "failed") return; // halted (a gap, onGap halt): nothing after it is taken
     this.delivered++;
     if (this.troubles.has("source")) this.clear("source");
     if (this.troubles.has("stalled") && this.stallWatch.stalled === undefined) this.clear("stalled");
     try {
       const delivery = toDelivery(m);
       if (this.deliveriesLost(delivery)) return;
+      const gap = this.gapDetector.delivered(delivery.streamSequence, delivery.deliveryCount === 1);
+      if (gap && !this.gapFound(gap)) return;
       if (delivery.streamSequence > this.highestSeen) this.highestSeen = delivery.streamSequence;
       this.pipeline.push(delivery);
       this.window.receive(m.data.length);
@@ -945,24 +950,33 @@ export class Link {
   private inspect(reading: BacklogReading): void {
     const { config } = this.deps;
     const gap = this.gapDetector.check({ ...reading, highestSeen: this.highestSeen });
-    if (gap) {
-      this.gaps.push(gap);
-      if (this.gaps.length > 10) this.gaps.shift();
-      this.deps.metrics.gapMessages.inc({ link: this.name }, gap.count);
-      this.logger.warn(
-        { fromSeq: gap.fromSeq, toSeq: gap.toSeq, count: gap.count, exact: gap.exact, policy: config.onGap },
-        `source retention deleted ${gap.exact ? "" : "up to "}${gap.count} messages the link had not relayed (source seq ${gap.fromSeq}-${gap.toSeq})`,
-      );
-      if (config.onGap === "halt") {
-        return this.fail(new RelayError(ErrorCodes.SOURCE_GAP, `source seq ${gap.fromSeq}-${gap.toSeq} (${gap.count} messages) deleted by retention before they were relayed; onGap is halt`));
-      }
-      if (config.onGap === "resync") return this.requestResync("gap");
-    }
+    if (gap && !this.gapFound(gap)) return;
     const maxAge = config.maxReplayAgeMs;
     if (maxAge !== undefined && reading.ageSeconds * 1000 > maxAge && reading.pending > 0) {
       this.logger.warn({ backlogAgeSeconds: reading.ageSeconds, maxReplayAgeMs: maxAge }, "backlog older than maxReplayAge: resyncing instead of replaying");
       this.requestResync("max_replay_age");
     }
+  }
+
+  /**
+   * A lost range, found by a reading or in the deliveries: reported (never in silence) and the link's
+   * `onGap` policy applied. False when the link halts: then nothing after the gap is taken.
+   */
+  private gapFound(gap: Gap): boolean {
+    const { config } = this.deps;
+    this.gaps.push(gap);
+    if (this.gaps.length > 10) this.gaps.shift();
+    this.deps.metrics.gapMessages.inc({ link: this.name }, gap.count);
+    this.logger.warn(
+      { fromSeq: gap.fromSeq, toSeq: gap.toSeq, count: gap.count, exact: gap.exact, policy: config.onGap },
+      `the source deleted ${gap.exact ? "" : "up to "}${gap.count} messages the link had not relayed (source seq ${gap.fromSeq}-${gap.toSeq}; retention, or a delete or purge)`,
+    );
+    if (config.onGap === "halt") {
+      this.fail(new RelayError(ErrorCodes.SOURCE_GAP, `source seq ${gap.fromSeq}-${gap.toSeq} (${gap.count} messages) deleted before they were relayed; onGap is halt`));
+      return false;
+    }
+    if (config.onGap === "resync") this.requestResync("gap");
+    return true;
   }
 
   /** The relay's clock against the source region's (measured by the backlog probe): a gauge, and a warning when it is off by 2 s or more. */

@@ -37,12 +37,15 @@ async function keepLogs(testName: string, region: string, logs: LogSink): Promis
   await writeFile(join(dir, name), logs.text() + "\n");
 }
 
-/** An in-process relay with its own registry and logger, stopped when the test ends. */
+/**
+ * An in-process relay with its own registry and logger, stopped when the test ends. `opts.gaps`: the
+ * test makes the source delete messages the relay has not relayed (else a gap reported fails it).
+ */
 export async function startRelay(
   t: { after(fn: () => unknown): void; name?: string },
   yamlText: string,
   region: string,
-  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn"; clock?: () => number } = {},
+  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn"; clock?: () => number; gaps?: boolean } = {},
 ) {
   const config = parseConfigText(yamlText, "test.yaml", { ...process.env, ...opts.env });
   const logs = new LogSink();
@@ -58,7 +61,7 @@ export async function startRelay(
     await relay.stop(AbortSignal.timeout(5_000));
     await http?.stop();
     await keepLogs(t.name ?? "relay", region, logs);
-    assertCleanLogLines(logs.lines, "in-process relay");
+    assertCleanLogLines(logs.lines, "in-process relay", opts.gaps);
   });
   await relay.start();
   return { relay, logs, url, config };
@@ -155,17 +158,29 @@ export class RelayProcess {
   }
 }
 
-export function spawnRelay(t: { after(fn: () => unknown): void }, args: readonly string[], env: Record<string, string> = {}): RelayProcess {
+/** `opts.gaps`: the test makes the source delete messages the relay has not relayed (else a gap reported fails it). */
+export function spawnRelay(
+  t: { after(fn: () => unknown): void },
+  args: readonly string[],
+  env: Record<string, string> = {},
+  opts: { gaps?: boolean } = {},
+): RelayProcess {
   const p = new RelayProcess(args, env);
   t.after(async () => {
     await p.stop();
-    assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`);
+    assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`, opts.gaps);
   });
   return p;
 }
 
-/** Every JSON log line a relay wrote has each key once per object (strict log parsers reject duplicates). */
-function assertCleanLogLines(lines: readonly string[], who: string): void {
+/**
+ * Every JSON log line a relay wrote has each key once per object (strict log parsers reject duplicates),
+ * and no relay reports a gap its test did not make (`gaps: true`): a false gap is a resync that skips
+ * messages, or a halt, under the policies that act on it.
+ */
+function assertCleanLogLines(lines: readonly string[], who: string, gaps = false): void {
   const bad = linesWithDuplicateKeys(lines);
   if (bad.length > 0) throw new Error(`${who} wrote ${bad.length} log lines with duplicate keys, e.g. ${bad.slice(0, 3).join(" | ")}`);
+  const gap = gaps ? undefined : lines.find((l) => l.includes("messages the link had not relayed (source seq"));
+  if (gap) throw new Error(`${who} reported a gap in a test that made none: ${gap}`);
 }

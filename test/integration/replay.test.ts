@@ -37,7 +37,7 @@ async function sleptThroughIt(t: T, policy: string) {
   await publishIds(r.nca, r.src, "lost", 50); // seq 101-150, never relayed
   await waitUntilExpired(r.nca, r.src, 151);
   await publishIds(r.nca, r.src, "after", 20); // seq 151-170
-  const second = await startRelay(t, r.yaml(`    onGap: ${policy}\n`), "b", { http: true });
+  const second = await startRelay(t, r.yaml(`    onGap: ${policy}\n`), "b", { http: true, gaps: true });
   return { ...r, relay: second.relay, url: second.url };
 }
 

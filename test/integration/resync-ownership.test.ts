@@ -35,10 +35,10 @@ test("a lease lost mid-resync ends the resync: its snapshot is dropped, the curs
   const group = "group: { lease: 3s, renew: 500ms }";
   const link = [{ name: "a-to-b", from: "a", fromStream: r.src, to: "b", toStream: r.dst, extra: "    onGap: resync\n" }];
   const yamlVia = (bUrl: string) => linkYaml({ regions: { a: [r.a.url], b: [bUrl] }, links: link, extra: group });
-  const first = await startRelay(t, yamlVia(`nats://127.0.0.1:${proxy.port}`), "b");
+  const first = await startRelay(t, yamlVia(`nats://127.0.0.1:${proxy.port}`), "b", { gaps: true });
   await check(() => linkOf(first.relay)?.state === "resyncing", { name: "the first relay resyncing after the gap", timeoutMs: 20_000 });
   await waitForCount(r.ncb, r.dst, 2, 20_000, "the part of the snapshot the destination takes");
-  const second = await startRelay(t, yamlVia(r.b.url), "b");
+  const second = await startRelay(t, yamlVia(r.b.url), "b", { gaps: true });
   await check(() => linkOf(second.relay)?.state === "standby", { name: "the second relay in standby", timeoutMs: 20_000 });
 
   // The first relay's path to region b goes silent: its lease lapses, the second takes the link.

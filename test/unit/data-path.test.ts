@@ -143,6 +143,29 @@ test("gap detector reports each lost range once, exact only without a filter", (
   assert.deepEqual(filtered && [filtered.fromSeq, filtered.toSeq, filtered.exact], [11, 19, false]);
 });
 
+test("gap detector: a first delivery that jumps past the frontier is a gap; redeliveries, filters and an unknown frontier are not", () => {
+  const d = new GapDetector(false);
+  assert.equal(d.delivered(5, true), undefined, "no frontier yet (a consumer from the start of the stream): the first delivery sets it");
+  assert.equal(d.delivered(6, true), undefined);
+  const gap = d.delivered(10, true);
+  assert.deepEqual(gap && [gap.fromSeq, gap.toSeq, gap.count, gap.exact], [7, 9, 3, true]);
+  assert.equal(d.delivered(8, false), undefined, "a redelivery below the frontier");
+  assert.equal(d.delivered(9, true), undefined, "a new consumer leader delivering again from an earlier point");
+  assert.equal(d.delivered(11, true), undefined, "the frontier stayed at 10");
+  // The periodic check and the deliveries never report the same sequences twice.
+  const seen = d.check({ ackFloor: 11, highestSeen: 11, streamFirstSeq: 21, streamMessages: 5 });
+  assert.deepEqual(seen && [seen.fromSeq, seen.toSeq], [12, 20]);
+  assert.equal(d.delivered(21, true), undefined, "12-20 reported already");
+  d.placed(30); // the cursor placed after 30 (ordered recovery, a resync)
+  const after = d.delivered(33, true);
+  assert.deepEqual(after && [after.fromSeq, after.toSeq], [31, 32]);
+  d.skipTo(50);
+  assert.equal(d.delivered(51, true), undefined, "a resync moved the cursor after 50");
+  const filtered = new GapDetector(true);
+  filtered.placed(0);
+  assert.equal(filtered.delivered(40, true), undefined, "under a filter, jumps are other subjects' messages");
+});
+
 test("backoff grows with full jitter up to its cap and resets", () => {
   const b = new Backoff(100, 1_000, () => 1);
   assert.deepEqual([b.next(), b.next(), b.next(), b.next(), b.next()], [100, 200, 400, 800, 1_000]);
