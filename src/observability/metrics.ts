@@ -146,7 +146,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     gapMessages: new Counter({
       name: "relay_gap_messages_total",
-      help: "Source messages deleted by retention before the link relayed them",
+      help: "Source messages deleted (by retention, a delete or a purge) before the link relayed them",
       labelNames: ["link"] as const,
       registers,
     }),
