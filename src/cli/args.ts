@@ -51,7 +51,4 @@ export function helpText(spec: CommandSpec): string {
   return lines.join("\n");
 }
 
-/** `1 link`, `2 links`. */
-export function plural(count: number, noun: string): string {
-  return `${count} ${noun}${count === 1 ? "" : "s"}`;
-}
+export { plural } from "../text/plural.js";

@@ -3,7 +3,7 @@ import { linkUnits } from "../config/partitions.js";
 import type { LinkConfig, RedisGuardConnection, RelayConfig } from "../config/types.js";
 import { formatDuration } from "../config/durations.js";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { leaseKey } from "../group/lease-key.js";
+import { leaseKey } from "../config/lease-key.js";
 import { markerField, markerGroups, markerKey, readMarker, writeMarker } from "../guard/marker.js";
 import {
   connectClient,

@@ -4,7 +4,7 @@ import type { RelayConfig } from "../config/types.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger, LogSecrets } from "../observability/logger.js";
-import { Relay } from "../relay.js";
+import { Relay } from "../relay/relay.js";
 import type { CommandSpec } from "./args.js";
 import { parseCommandArgs, parseHttpFlag, requireString, helpText } from "./args.js";
 

@@ -1,5 +1,5 @@
 import { ErrorCodes, RelayError } from "../errors.js";
-import type { RelayStatus } from "../relay.js";
+import type { RelayStatus } from "../relay/relay.js";
 import type { CommandSpec } from "./args.js";
 import { helpText, parseCommandArgs, plural, requireString } from "./args.js";
 

@@ -4,7 +4,7 @@
  */
 import { createHash } from "node:crypto";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { DEFAULT_STRIP_HEADERS } from "../link/headers.js";
+import { DEFAULT_STRIP_HEADERS } from "../protocol/headers.js";
 import { REDACTED, redactUrl } from "./redact.js";
 import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema.js";
 import type {

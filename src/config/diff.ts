@@ -16,8 +16,8 @@
  * `reload.watch` apply at once.
  */
 import { ErrorCodes, RelayError } from "../errors.js";
-import { leaseKey } from "../group/lease-key.js";
-import { directRoutesFor } from "../link/identity.js";
+import { leaseKey } from "./lease-key.js";
+import { directRoutesFor } from "./routes.js";
 import { canonicalJson } from "./compile.js";
 import { linkUnits } from "./partitions.js";
 import type { LinkConfig, RegionConfig, RelayConfig } from "./types.js";

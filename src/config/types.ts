@@ -1,3 +1,5 @@
+import type { SubjectTransform } from "../protocol/subjects.js";
+
 /**
  * The compiled, frozen, fully-defaulted configuration. YAML → schema.ts (zod, unknown keys rejected)
  * → compile.ts → this. Durations are milliseconds here; every optional field the code reads has a
@@ -68,12 +70,8 @@ export interface GuardConfig {
   readonly strict: boolean;
 }
 
-export interface SubjectTransform {
-  /** Removed from the front of the source subject when present. */
-  readonly stripPrefix?: string;
-  /** Added to the front after stripping. */
-  readonly addPrefix?: string;
-}
+/** How a link rewrites subjects (defined with the subject rules it feeds). */
+export type { SubjectTransform } from "../protocol/subjects.js";
 
 export type BadMessagePolicy =
   | { readonly action: "dead-letter"; readonly subject: string }

@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { parseConfigText } from "../config/load.js";
 import { createLogger } from "../observability/logger.js";
 import { histogramQuantile } from "../observability/quantile.js";
-import { Relay } from "../relay.js";
+import { Relay } from "../relay/relay.js";
 import { DemoNatsServer } from "./local-server.js";
 
 export interface DemoOptions {

@@ -1,4 +1,4 @@
-import { jetstreamManager, JetStreamApiCodes } from "@nats-io/jetstream";
+import { jetstreamManager, JetStreamApiCodes, RetentionPolicy } from "@nats-io/jetstream";
 import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
 import { millis } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
@@ -7,9 +7,9 @@ import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
-import { checkRetention, unboundSubjects } from "../preflight/checks.js";
-import { streamFacts } from "../preflight/preflight.js";
-import { RelayHeaders } from "./headers.js";
+import { streamFacts } from "../nats/stream-facts.js";
+import { unboundSubjects } from "./binding.js";
+import { RelayHeaders } from "../protocol/headers.js";
 import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
 
 /** The NATS default, for a server that does not say. */
@@ -49,11 +49,11 @@ export class Destination {
       }
       throw classifyJsError(err, where);
     }
-    const retention = checkRetention(link, streamFacts(info));
-    if (retention.level === "error") {
+    // Interest or work-queue retention: a PubAck does not mean the message stays.
+    if (info.config.retention !== RetentionPolicy.Limits) {
       throw new RelayError(
         ErrorCodes.DESTINATION_RETENTION,
-        `${where} has ${info.config.retention} retention: it can acknowledge a message it does not keep, and the relay would ack the source for a message that is gone (its Relay-Source markers go too). Fix: ${retention.fix ?? "use a stream with limits retention"}`,
+        `${where} has ${info.config.retention} retention: it can acknowledge a message it does not keep, and the relay would ack the source for a message that is gone (its Relay-Source markers go too). Fix: use a stream with limits retention (\`jetstream-relay check --live\` says how for this server)`,
       );
     }
     if (sourceInfo) {

@@ -4,7 +4,7 @@ import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
-import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "./headers.js";
+import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "../protocol/headers.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
 

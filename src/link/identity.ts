@@ -1,5 +1,5 @@
 import type { FieldSource, LinkConfig } from "../config/types.js";
-import { RelayHeaders } from "./headers.js";
+import { RelayHeaders } from "../protocol/headers.js";
 
 /** What the relay knows about a source message before deciding anything. */
 export interface MessageIdentity {
@@ -121,15 +121,6 @@ export function route(identity: MessageIdentity, link: LinkConfig, directRoutes:
     return { forward: false, reason: `a direct link from ${identity.origin} delivers it` };
   }
   return { forward: true };
-}
-
-/** Regions with a direct link into the same destination region and stream as `link`. */
-export function directRoutesFor(link: LinkConfig, links: readonly LinkConfig[]): ReadonlySet<string> {
-  return new Set(
-    links
-      .filter((l) => l.to.region === link.to.region && l.to.stream === link.to.stream)
-      .map((l) => l.from.region),
-  );
 }
 
 /** Applies the link's subject transform: strip a prefix when present, then add one. */

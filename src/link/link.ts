@@ -34,7 +34,7 @@ import { LinkStateMachine } from "./link-state.js";
 import { runResync } from "./resync.js";
 import type { ResyncReason, ResyncResult } from "./resync.js";
 import { Pipeline } from "./pipeline.js";
-import { transformPattern } from "../preflight/subjects.js";
+import { transformPattern } from "../protocol/subjects.js";
 
 export interface LinkDeps {
   readonly config: LinkConfig;

@@ -12,10 +12,11 @@ import type { Entry, EntryContext } from "./entry.js";
 import { entryContext, newEntry, toDeadLetter, toOversizedDeadLetter, wireSize } from "./entry.js";
 import { CumulativeAcks } from "./cumulative-acks.js";
 import { DestinationLedger } from "./destination-ledger.js";
-import { RelayHeaders } from "./headers.js";
+import { RelayHeaders } from "../protocol/headers.js";
 import { outcomeCounters } from "./outcome-counters.js";
 import type { OutcomeCounters } from "./outcome-counters.js";
-import { directRoutesFor, identify, route } from "./identity.js";
+import { directRoutesFor } from "../config/routes.js";
+import { identify, route } from "./identity.js";
 
 /**
  * A pipeline holding fewer messages than this works them after COALESCE_MS rather than on the next turn

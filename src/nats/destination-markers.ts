@@ -2,9 +2,9 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { ConsumerMessages, JsMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { parseNanos, RelayHeaders } from "../link/headers.js";
+import { parseNanos, RelayHeaders } from "../protocol/headers.js";
 import { classifyJsError } from "./durable-consumer.js";
-import { patternMatches } from "../preflight/subjects.js";
+import { patternMatches } from "../protocol/subjects.js";
 import { settleOnce } from "../lifecycle/settle-once.js";
 
 /** A link's source, as its Relay-Source markers in a destination stream name it. */

@@ -8,6 +8,8 @@
  * reasons were scrubbed where they were caught.
  */
 import type { LinkConfig } from "../config/types.js";
+import type { StreamFact } from "../nats/stream-facts.js";
+import { destinationPatterns, sourcePatterns, unboundSubjects } from "../link/binding.js";
 import { windowPerSecond } from "../nats/pull-window.js";
 import { REFERENCE_RATE_PER_SEC, startingWindow } from "../link/window-controller.js";
 import { initialWindow } from "../link/link-window.js";
@@ -17,12 +19,11 @@ import type { EvictionReport, ReplicationReport } from "../guard/safety.js";
 import type { GuardMarkerEntry } from "../guard/types.js";
 import {
   firstIntersection,
-  isCoveredBy,
   isSubsetOf,
   intersects,
   patternProblem,
   transformPattern,
-} from "./subjects.js";
+} from "../protocol/subjects.js";
 
 export type Level = "ok" | "warning" | "error" | "skipped";
 
@@ -48,32 +49,6 @@ export type RegionFact =
       readonly maxPayload?: number;
     }
   | { readonly ok: false; readonly reason: string };
-
-export interface StreamFacts {
-  readonly name: string;
-  /** The stream's own subjects; empty for a mirror or a stream fed only by sources. */
-  readonly subjects: readonly string[];
-  readonly retention: string;
-  /** 0 when the server reports none. */
-  readonly duplicateWindowMs: number;
-  /** 0 = unlimited. */
-  readonly maxAgeMs: number;
-  readonly messages: number;
-  /** What the stream holds (with `messages`: the average message size the window is sized by). */
-  readonly bytes?: number;
-  /** A mirror, or a stream with sources. */
-  readonly sourced: boolean;
-  /** The stream's `max_msg_size`; 0 or less when it sets none. */
-  readonly maxMsgSize?: number;
-}
-
-export type StreamFact =
-  | { readonly kind: "found"; readonly stream: StreamFacts }
-  | { readonly kind: "missing" }
-  /** The JetStream API call failed (no JetStream, timeout, permissions). */
-  | { readonly kind: "failed"; readonly reason: string }
-  /** The region was not reachable: the region row says why. */
-  | { readonly kind: "unreachable" };
 
 export interface ConsumerFacts {
   readonly filterSubjects: readonly string[];
@@ -148,21 +123,6 @@ function list(values: readonly string[]): string {
  */
 function streamsApply(region: string): string {
   return `jetstream-relay streams apply --config <your config> --region ${region}`;
-}
-
-/**
- * The source subjects the link reads: its filter, else the source stream's subjects. Undefined
- * when that cannot be known (no filter, and the stream was not read or has no subjects of its own).
- */
-export function sourcePatterns(link: LinkConfig, source: StreamFact): readonly string[] | undefined {
-  if (link.from.filterSubject) return [link.from.filterSubject];
-  if (source.kind !== "found" || source.stream.subjects.length === 0) return undefined;
-  return source.stream.subjects;
-}
-
-/** The destination subjects the link publishes to, given its source subjects. */
-export function destinationPatterns(link: LinkConfig, sourceSubjects: readonly string[]): string[] {
-  return [...new Set(sourceSubjects.flatMap((s) => transformPattern(s, link.to.transform)))];
 }
 
 function skipped(name: string, because: string): CheckResult {
@@ -388,14 +348,6 @@ export function checkDuplicateWindow(link: LinkConfig, dest: StreamFact, leaseMs
 
 /** Other streams in the destination region that overlap a transformed subject (by that subject). */
 export type OtherStreams = ReadonlyMap<string, readonly string[]>;
-
-export function unboundSubjects(link: LinkConfig, source: StreamFact, dest: StreamFact): string[] {
-  const from = sourcePatterns(link, source);
-  if (!from || dest.kind !== "found") return [];
-  return destinationPatterns(link, from).filter(
-    (p) => patternProblem(p) === undefined && !isCoveredBy(p, dest.stream.subjects),
-  );
-}
 
 export function checkSubjectsBound(
   link: LinkConfig,

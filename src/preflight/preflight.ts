@@ -7,8 +7,7 @@
  * error row for the links that need it, and the checks that depend on it are skipped.
  */
 import { JetStreamApiCodes } from "@nats-io/jetstream";
-import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
-import { millis } from "@nats-io/nats-core";
+import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { pino } from "pino";
 import type { Logger } from "pino";
@@ -27,7 +26,7 @@ import {
 import type { GuardRedisClient } from "../guard/redis-connection.js";
 import { heldByEarlierRelay, markerGroups, readMarker } from "../guard/marker.js";
 import { readEviction, readReplication } from "../guard/safety-probe.js";
-import { leaseKey } from "../group/lease-key.js";
+import { leaseKey } from "../config/lease-key.js";
 import { isApiCode } from "../nats/durable-consumer.js";
 import { openRegion } from "../nats/region-session.js";
 import { withDeadline } from "../lifecycle/deadline.js";
@@ -48,10 +47,10 @@ import {
   checkSourceStream,
   checkSubjectsBound,
   checkWindow,
-  destinationPatterns,
-  sourcePatterns,
-  unboundSubjects,
 } from "./checks.js";
+import { destinationPatterns, sourcePatterns, unboundSubjects } from "../link/binding.js";
+import { streamFacts } from "../nats/stream-facts.js";
+import type { StreamFact } from "../nats/stream-facts.js";
 import type {
   CheckResult,
   ConsumerFact,
@@ -60,7 +59,6 @@ import type {
   PartitionFact,
   RedisFact,
   RegionFact,
-  StreamFact,
 } from "./checks.js";
 
 export interface PreflightOptions {
@@ -128,28 +126,6 @@ async function openCheckedRegion(region: RegionConfig, logger: Logger, timeoutMs
   const rttMs = await withDeadline(lowestRtt(s.nc, 3), RTT_WAIT_MS, "round trip").catch(() => undefined);
   const maxPayload = s.nc.info?.max_payload;
   return { fact: { ok: true, server: s.server, ...(rttMs !== undefined ? { rttMs } : {}), ...(maxPayload !== undefined ? { maxPayload } : {}) }, nc: s.nc, jsm: s.jsm };
-}
-
-export function streamFacts(info: StreamInfo): StreamFact {
-  const c = info.config;
-  return {
-    kind: "found",
-    stream: {
-      name: c.name,
-      subjects: c.subjects ?? [],
-      retention: c.retention,
-      duplicateWindowMs: c.duplicate_window ? millis(c.duplicate_window) : 0,
-      maxAgeMs: c.max_age ? millis(c.max_age) : 0,
-      messages: info.state.messages,
-      bytes: info.state.bytes,
-      maxMsgSize: c.max_msg_size ?? -1,
-      sourced:
-        info.mirror !== undefined ||
-        (info.sources?.length ?? 0) > 0 ||
-        c.mirror !== undefined ||
-        (c.sources?.length ?? 0) > 0,
-    },
-  };
 }
 
 async function readStream(session: RegionSession | undefined, stream: string): Promise<StreamFact> {

@@ -10,7 +10,7 @@
  */
 import type { CheckResult, Level } from "./checks.js";
 import type { PreflightReport } from "./preflight.js";
-import { plural } from "../cli/args.js";
+import { plural } from "../text/plural.js";
 
 const HEADER = ["CHECK", "RESULT", "DETAIL"] as const;
 

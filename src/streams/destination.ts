@@ -3,7 +3,7 @@
  * "The diff"). Pure.
  */
 import { formatDuration } from "../config/durations.js";
-import { isCoveredBy, isSubsetOf } from "../preflight/subjects.js";
+import { isCoveredBy, isSubsetOf } from "../protocol/subjects.js";
 import { addSubjects, describeExisting, list, partialOverlap, serverAtLeast, statusOf } from "./rules.js";
 import type { DiffOptions } from "./rules.js";
 import type { Change, DestinationNeed, ExistingFact, PlanItem, ServerFacts, StreamUpdate } from "./types.js";

@@ -16,7 +16,7 @@
  * - The group bucket is created when missing, the way the relay creates it; an existing one is left
  *   as it is. Source streams are reported, never changed.
  */
-import { isCoveredBy } from "../preflight/subjects.js";
+import { isCoveredBy } from "../protocol/subjects.js";
 import { destinationItem } from "./destination.js";
 import { addSubjects, describeExisting, list } from "./rules.js";
 import type { DiffOptions } from "./rules.js";

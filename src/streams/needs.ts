@@ -9,12 +9,13 @@
  *   horizon of the links (preflight's `replayHorizonMs`).
  * - The dead-letter subjects of the links that dead-letter (the default `relay.dlq.<link>`).
  * - The group bucket: every relay started for a region that is some link's destination joins the
- *   region's group, whose leases and members live in that bucket (relay.ts `joinGroup`).
+ *   region's group, whose leases and members live in that bucket (relay/relay.ts `joinGroup`).
  */
 import type { LinkConfig, RelayConfig } from "../config/types.js";
-import { destinationPatterns, replayHorizonMs, sourcePatterns } from "../preflight/checks.js";
-import type { StreamFact } from "../preflight/checks.js";
-import { isSubsetOf, patternProblem } from "../preflight/subjects.js";
+import { replayHorizonMs } from "../preflight/checks.js";
+import { destinationPatterns, sourcePatterns } from "../link/binding.js";
+import type { StreamFact } from "../nats/stream-facts.js";
+import { isSubsetOf, patternProblem } from "../protocol/subjects.js";
 import type { DeadLetterNeed, DestinationNeed, RegionNeeds } from "./types.js";
 
 /** The patterns without duplicates and without one that another pattern contains, in first-seen order. */

@@ -7,7 +7,7 @@ import { pino } from "pino";
 import type { Logger } from "pino";
 import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
-import type { StreamFact } from "../preflight/checks.js";
+import type { StreamFact } from "../nats/stream-facts.js";
 import { planRegionItems } from "./diff.js";
 import { readRegion, readSource, sourceNotes } from "./inspect.js";
 import { regionNeeds } from "./needs.js";

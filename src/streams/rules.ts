@@ -1,6 +1,6 @@
 /** Helpers of the plan rules (diff.ts, destination.ts). Pure. */
 import { formatDuration } from "../config/durations.js";
-import { intersects, isSubsetOf } from "../preflight/subjects.js";
+import { intersects, isSubsetOf } from "../protocol/subjects.js";
 import type { Change, ExistingStream, ItemStatus } from "./types.js";
 
 export interface DiffOptions {

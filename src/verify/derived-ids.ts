@@ -1,6 +1,6 @@
 import type { StreamInfo } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/nats-core";
-import { parseNanos, RelayHeaders } from "../link/headers.js";
+import { parseNanos, RelayHeaders } from "../protocol/headers.js";
 import { derivedId } from "../link/identity.js";
 
 /** The creation time of a stream in ms since the epoch, its incarnation; undefined if the server did not say. */

@@ -1,7 +1,8 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import type { LinkConfig } from "../config/types.js";
-import { RelayHeaders } from "../link/headers.js";
-import { directRoutesFor, identify, route } from "../link/identity.js";
+import { RelayHeaders } from "../protocol/headers.js";
+import { directRoutesFor } from "../config/routes.js";
+import { identify, route } from "../link/identity.js";
 import type { MessageIdentity } from "../link/identity.js";
 import { SourceIds } from "./derived-ids.js";
 import { Column, HashedKeyTable } from "./hash-table.js";

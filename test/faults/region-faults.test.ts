@@ -11,7 +11,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { parseConfigText } from "../../src/config/load.js";
 import { createLogger } from "../../src/observability/logger.js";
 import { HttpServer } from "../../src/observability/http-server.js";
-import { Relay } from "../../src/relay.js";
+import { Relay } from "../../src/relay/relay.js";
 import { assertDelivery, checkDelivery, readSource, recordRow, scaled } from "./checker.js";
 import type { FaultReport } from "./checker.js";
 import { watchLiveness } from "../helpers/liveness.js";

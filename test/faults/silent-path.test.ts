@@ -11,7 +11,7 @@ import { linkYaml } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 import { mergeLiveness, settled, watch, withReport } from "./process-harness.js";
 import { startChaosLoad } from "./chaos/load.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 /**
  * Silent paths (#20 item 2): the path to the source node the relay uses stops carrying anything, with

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { parseConfigText } from "../../src/config/load.js";
 import { createLogger } from "../../src/observability/logger.js";
-import { Relay } from "../../src/relay.js";
+import { Relay } from "../../src/relay/relay.js";
 import { HttpServer } from "../../src/observability/http-server.js";
 import { check } from "./check.js";
 import { linesWithDuplicateKeys } from "./log-lines.js";

@@ -4,7 +4,7 @@ import { check } from "../helpers/check.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { readStream } from "../helpers/streams.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 const HOUR = 3_600_000;
 const linkOf = (relay: Relay) => relay.status().links[0];

@@ -13,7 +13,7 @@ import { check, uniqueName } from "../helpers/check.js";
 import { createCursorFromStart, createStream, readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 function link(relay: Relay) {
   const l = relay.status().links[0];

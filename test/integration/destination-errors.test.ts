@@ -17,7 +17,7 @@ import type { OutMessage, StoredMessage } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { withServers } from "../helpers/servers.js";
 import type { HasAfter } from "../helpers/servers.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 import {
   assertExactlyOnce,
   assertInOrder,

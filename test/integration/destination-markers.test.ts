@@ -10,7 +10,7 @@ import {
 } from "../../src/nats/destination-markers.js";
 import type { SourceRef } from "../../src/nats/destination-markers.js";
 import { isRelayError } from "../../src/errors.js";
-import { formatNanos } from "../../src/link/headers.js";
+import { formatNanos } from "../../src/protocol/headers.js";
 import { withServers } from "../helpers/servers.js";
 import { uniqueName } from "../helpers/check.js";
 import { connectTo, createStream } from "../helpers/streams.js";

@@ -4,7 +4,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { Redis } from "ioredis";
 import { pino } from "pino";
 import { parseConfigText } from "../../src/config/load.js";
-import { leaseKey } from "../../src/group/lease-key.js";
+import { leaseKey } from "../../src/config/lease-key.js";
 import { markerKeys } from "../../src/guard/marker.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import { runPreflight } from "../../src/preflight/preflight.js";

@@ -7,7 +7,7 @@ import { check } from "../helpers/check.js";
 import { startDelayProxy } from "../helpers/delay-proxy.js";
 import { startRelay } from "../helpers/relays.js";
 import { assertExactlyOnce, assertInOrder, linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 const linkOf = (relay: Relay) => relay.status().links[0];
 

@@ -6,7 +6,7 @@ import { metricValue, startRelay } from "../helpers/relays.js";
 import type { HasAfter } from "../helpers/servers.js";
 import { assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { updateStream } from "../helpers/streams.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 const linkOf = (relay: Relay) => relay.status().links[0];
 

@@ -13,7 +13,7 @@ import {
   checkWindow,
   replayHorizonMs,
 } from "../../src/preflight/checks.js";
-import type { StreamFact, StreamFacts } from "../../src/preflight/checks.js";
+import type { StreamFact, StreamFacts } from "../../src/nats/stream-facts.js";
 import {
   intersects,
   isCoveredBy,
@@ -21,7 +21,7 @@ import {
   isValidPattern,
   patternMatches,
   transformPattern,
-} from "../../src/preflight/subjects.js";
+} from "../../src/protocol/subjects.js";
 import { uniqueName } from "../helpers/check.js";
 import { startDelayProxy } from "../helpers/delay-proxy.js";
 import { freePort } from "../helpers/local-process.js";

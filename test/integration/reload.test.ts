@@ -8,7 +8,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { parseConfigText } from "../../src/config/load.js";
 import { ConfigReloader } from "../../src/config/reloader.js";
 import { createLogger } from "../../src/observability/logger.js";
-import type { RelayStatus } from "../../src/relay.js";
+import type { RelayStatus } from "../../src/relay/relay.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/relays.js";
 import {

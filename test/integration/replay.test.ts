@@ -5,7 +5,7 @@ import { check } from "../helpers/check.js";
 import { readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, RelayProcess, startRelay } from "../helpers/relays.js";
 import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
 

@@ -6,7 +6,7 @@ import { startBlackHoleProxy } from "../helpers/blackhole-proxy.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { createCursorFromStart, readStream } from "../helpers/streams.js";
-import type { Relay } from "../../src/relay.js";
+import type { Relay } from "../../src/relay/relay.js";
 
 const linkOf = (relay: Relay) => relay.status().links[0];
 

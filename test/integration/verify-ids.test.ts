@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { parseConfigText } from "../../src/config/load.js";
-import { formatNanos } from "../../src/link/headers.js";
+import { formatNanos } from "../../src/protocol/headers.js";
 import { derivedId, legacyDerivedId } from "../../src/link/identity.js";
 import { SourceIds } from "../../src/verify/derived-ids.js";
 import { formatReport } from "../../src/verify/report.js";

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { Histogram, Registry } from "prom-client";
 import { BucketHistogram } from "../../src/observability/bucket-histogram.js";
 import { histogramQuantile } from "../../src/observability/quantile.js";
-import { forgetLinkSeries } from "../../src/relay-reload.js";
+import { forgetLinkSeries } from "../../src/relay/reload.js";
 
 const BUCKETS = [0.001, 0.01, 0.1, 1, 10];
 const VALUES = [0, 0.0005, 0.001, 0.0011, 0.05, 0.1, 0.7, 3, 10, 11, 1e6];

@@ -4,8 +4,9 @@ import { headers } from "@nats-io/nats-core";
 import { HeaderBlock } from "../../src/nats/header-block.js";
 import { parsePubAck, readPlainPubAck } from "../../src/nats/publisher.js";
 import { GapDetector } from "../../src/link/gap.js";
-import { formatNanos, parseNanos } from "../../src/link/headers.js";
-import { directRoutesFor, identify, route, transformSubject } from "../../src/link/identity.js";
+import { formatNanos, parseNanos } from "../../src/protocol/headers.js";
+import { directRoutesFor } from "../../src/config/routes.js";
+import { identify, route, transformSubject } from "../../src/link/identity.js";
 import { parseConfigText } from "../../src/config/load.js";
 import { Backoff } from "../../src/lifecycle/backoff.js";
 

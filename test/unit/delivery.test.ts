@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { parseAckSubject } from "../../src/nats/delivery.js";
 import { HeaderBlock } from "../../src/nats/header-block.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
-import { NanosFormatter, formatNanos } from "../../src/link/headers.js";
+import { NanosFormatter, formatNanos } from "../../src/protocol/headers.js";
 
 test("ack subjects: the 9-token form, the domain form and the form with a trailing token", () => {
   const old = parseAckSubject("$JS.ACK.ORDERS.relay-a.2.1234.1230.1764460800123456789.17");

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { formatErrors, formatGroup, formatTable } from "../../src/cli/status-command.js";
-import type { RelayStatus } from "../../src/relay.js";
+import type { RelayStatus } from "../../src/relay/relay.js";
 
 const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
   name,

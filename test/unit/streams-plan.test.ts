@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { parseConfigText } from "../../src/config/load.js";
 import type { LinkConfig, RelayConfig } from "../../src/config/types.js";
-import type { StreamFact } from "../../src/preflight/checks.js";
+import type { StreamFact } from "../../src/nats/stream-facts.js";
 import { updateConfig } from "../../src/streams/apply.js";
 import {
   addSubjects,

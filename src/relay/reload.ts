@@ -1,5 +1,5 @@
 import type { Registry } from "prom-client";
-import type { ReloadResult } from "./observability/metrics.js";
+import type { ReloadResult } from "../observability/metrics.js";
 
 /** What `/status` says about the config: which one runs, since when, and how the last reload went. */
 export interface ConfigStatus {

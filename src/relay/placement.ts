@@ -1,4 +1,4 @@
-import type { GroupCoordinator, PlacedUnit } from "./group/coordinator.js";
+import type { GroupCoordinator, PlacedUnit } from "../group/coordinator.js";
 
 /** One lease key as placement sees it; the Link working it may come and go (a config reload restarts it). */
 class Slot implements PlacedUnit {

@@ -1,8 +1,8 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
-import type { RegionConfig } from "./config/types.js";
-import { ErrorCodes, RelayError } from "./errors.js";
-import { connectRegion, stripCredentials } from "./nats/connect.js";
+import type { RegionConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+import { connectRegion, stripCredentials } from "../nats/connect.js";
 
 /**
  * `local`: the relay's own region (publishes, destination reads); `remote`: a source region;

@@ -1,4 +1,4 @@
-import type { LinkConfig } from "../config/types.js";
+import type { LinkConfig } from "./types.js";
 
 /**
  * The lease key of a link: what it protects is the source cursor, so the key names the source region,

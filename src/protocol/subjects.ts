@@ -1,5 +1,6 @@
 /**
- * NATS subject patterns as sets of subjects, for the preflight checks. Pure functions.
+ * NATS subject patterns as sets of subjects: the config's checks, the pre-flight checks and the data path
+ * share them. Pure functions.
  *
  * A pattern is a dot-separated list of tokens; `*` matches exactly one token and `>` (last token
  * only) matches one or more tokens. Literal tokens match themselves.
@@ -12,7 +13,14 @@
  * - `transformPattern(pattern, transform)`: the patterns the relay publishes to when it applies a
  *   link's `stripPrefix` / `addPrefix` to every subject matching `pattern`.
  */
-import type { SubjectTransform } from "../config/types.js";
+
+/** How a link rewrites subjects: `links[].transform` in the config. */
+export interface SubjectTransform {
+  /** Removed from the front of the source subject when present. */
+  readonly stripPrefix?: string;
+  /** Added to the front after stripping. */
+  readonly addPrefix?: string;
+}
 
 export function tokensOf(pattern: string): string[] {
   return pattern.split(".");
