@@ -13,22 +13,20 @@ import { createGuard } from "../guard/create-guard.js";
 import { GroupCoordinator } from "../group/coordinator.js";
 import { LinkLease } from "../group/lease.js";
 import { GroupMembership } from "../group/membership.js";
-import type { MemberView } from "../group/membership.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
-import type { LinkStatus } from "../link/link.js";
 import { createMetrics } from "../observability/metrics.js";
-import type { LinkState, RelayMetrics } from "../observability/metrics.js";
+import type { RelayMetrics } from "../observability/metrics.js";
 import { WriteGates } from "../nats/write-gate.js";
 import { RegionConnections, close } from "./connections.js";
-import type { ConnectionStatus } from "./connections.js";
 import { PlacementSlots } from "./placement.js";
 import { forgetLinkSeries } from "./reload.js";
-import type { ConfigStatus, ReloadReport } from "./reload.js";
+import { readinessOf, relayStatus } from "./status.js";
+import type { RelayStatus, WaitingLink } from "./status.js";
+import type { ReloadReport } from "./reload.js";
 
 export type { ConfigStatus, ReloadReport } from "./reload.js";
-
-const READY_STATES: ReadonlySet<LinkState> = new Set(["live", "catching-up", "standby"]);
+export type { GroupStatus, RelayStatus } from "./status.js";
 
 export interface RelayDeps {
   readonly logger: Logger;
@@ -47,27 +45,6 @@ export interface RelayDeps {
   readonly memberName?: string;
 }
 
-export interface RelayStatus {
-  readonly region: string;
-  readonly startedAt: string;
-  readonly links: readonly LinkStatus[];
-  /** The region's group as this relay sees it. */
-  readonly group?: GroupStatus;
-  /** The config's hash, when it was loaded, and the last reload. */
-  readonly config?: ConfigStatus;
-  /** The relay's NATS connections: one per region, and the ownership one (leases, membership). */
-  readonly connections?: readonly ConnectionStatus[];
-}
-
-export interface GroupStatus {
-  readonly bucket: string;
-  /** This relay's member id and stable name. */
-  readonly member: string;
-  readonly name: string;
-  /** Live members (this one included once it has joined), with the links placed on each. */
-  readonly members: readonly (MemberView & { readonly placed: readonly string[] })[];
-}
-
 export type RelayState = "created" | "starting" | "running" | "stopping" | "stopped";
 
 /**
@@ -84,7 +61,7 @@ export class Relay {
   private readonly writeGates: WriteGates;
   private links: Link[] = [];
   /** Links not running yet (a region is still connecting) or that could not start. */
-  private readonly waiting = new Map<string, { config: LinkConfig; reason: string; failed?: RelayError }>();
+  private readonly waiting = new Map<string, WaitingLink>();
   private readonly abort = new AbortController();
   private readonly startedAt = new Date();
   private readonly logger: Logger;
@@ -454,12 +431,12 @@ export class Relay {
   }
 
   status(): RelayStatus {
-    const placeholders = [...this.waiting.values()].map((w) => waitingStatus(w.config, w.reason, w.failed));
-    return {
+    return relayStatus({
       region: this.region,
-      startedAt: this.startedAt.toISOString(),
-      links: [...this.links.map((l) => l.status()), ...placeholders],
-      ...(this.membership ? { group: this.groupStatus(this.membership) } : {}),
+      startedAt: this.startedAt,
+      links: this.links,
+      waiting: this.waiting,
+      ...(this.membership ? { group: { membership: this.membership, bucket: this.config.group.bucket, member: this.memberId, name: this.deps.memberName ?? hostname(), placement: this.placement.placement() } } : {}),
       config: {
         hash: this.loaded.hash,
         loadedAt: this.loaded.at.toISOString(),
@@ -467,60 +444,15 @@ export class Relay {
         ...(this.lastReload ? { lastReload: this.lastReload } : {}),
       },
       connections: this.connections.status(),
-    };
-  }
-
-  private groupStatus(membership: GroupMembership): GroupStatus {
-    const placement = this.placement.placement();
-    const names = new Map(this.links.map((l) => [l.placed.unit, l.name]));
-    return {
-      bucket: this.config.group.bucket,
-      member: this.memberId,
-      name: this.deps.memberName ?? hostname(),
-      members: membership.members.map((m) => ({
-        ...m,
-        placed: [...placement]
-          .filter(([, id]) => id === m.id)
-          .map(([unit]) => names.get(unit) ?? unit)
-          .sort(),
-      })),
-    };
+    });
   }
 
   readiness(): { ready: boolean; reasons: string[] } {
-    const reasons: string[] = [];
-    if (this.current !== "running") reasons.push(`relay is ${this.current}`);
-    for (const l of this.links) {
-      // A standby link is healthy: another relay of the group owns it, this one is ready to take over.
-      if (!READY_STATES.has(l.currentState)) {
-        const why = l.status().stateReason;
-        reasons.push(`link ${l.name} is ${l.currentState}${why ? `: ${why}` : ""}`);
-      }
-    }
-    for (const [name, w] of this.waiting) reasons.push(`link ${name}: ${w.reason}`);
-    return { ready: reasons.length === 0, reasons };
+    return readinessOf(this.current, this.links, this.waiting);
   }
 
   private setState(next: RelayState): void {
     this.current = next;
     this.logger.info({ state: next }, `relay ${next}`);
   }
-}
-
-function waitingStatus(config: LinkConfig, reason: string, failed?: RelayError): LinkStatus {
-  const now = new Date().toISOString();
-  return {
-    name: config.name,
-    from: `${config.from.region}/${config.from.stream}`,
-    to: `${config.to.region}/${config.to.stream}`,
-    state: failed ? "failed" : "starting",
-    stateSince: now,
-    stateReason: reason,
-    guard: config.guard ? config.guard.store.kind : "none",
-    inFlight: 0,
-    corrections: {},
-    stateHistory: [],
-    gaps: [],
-    ...(failed ? { lastError: { code: failed.code, message: failed.message, at: now } } : {}),
-  };
 }
