@@ -1,15 +1,15 @@
 /**
  * Validated config (schema.ts output) → the frozen, fully-defaulted `RelayConfig` (types.ts).
- * All defaults live here, in `DEFAULTS` and `DEFAULT_STRIP_HEADERS`.
+ * The defaults themselves live in defaults.ts; `DEFAULTS`, the default names and `parseFieldSource`
+ * are re-exported here for existing importers.
  */
 import { createHash } from "node:crypto";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { DEFAULT_STRIP_HEADERS } from "../protocol/headers.js";
+import { DEFAULTS, DEFAULT_STRIP_HEADERS, defaultDeadLetterSubject, defaultDurableName } from "./defaults.js";
 import { REDACTED, redactUrl } from "./redact.js";
-import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema.js";
+import type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema-root.js";
 import type {
   BadMessagePolicy,
-  FieldSource,
   GuardConfig,
   LinkConfig,
   RedisGuardConnection,
@@ -20,97 +20,8 @@ import type {
   TlsConfig,
 } from "./types.js";
 
-/**
- * JetStream control headers removed from every relayed message before it is published: left in,
- * they would make the destination apply the source's expectations, rollups and TTLs. A link's
- * `stripHeaders` adds to this list; it cannot remove from it.
- */
-/** The header table lives with the data path; re-exported here because defaults live here. */
-export { DEFAULT_STRIP_HEADERS };
-
-export const DEFAULTS = Object.freeze({
-  batchSize: 500,
-  /**
-   * The cap of a link's self-sizing window (link-window.ts): it starts at two batches and grows while
-   * the round trip limits the link. 8192 covers 13,000 msgs/s over a 300 ms round trip with the
-   * controller's headroom; inFlightBytes bounds the memory whatever the message size.
-   */
-  inFlight: 8192,
-  /**
-   * The window of a link with a guard: each of its messages also waits for a claim and a commit
-   * round trip, so the same window moves fewer messages a second (Little's law). Measured on the
-   * bench (2 cores shared with Redis and both servers): 1024 → ~18k msgs/s, 2048 → ~22k; an
-   * unguarded link is CPU-bound and gains nothing from a larger window, only memory.
-   */
-  guardedInFlight: 2048,
-  /**
-   * Bytes between receive and ack per link: sized for the 512 MiB pod of deploy/kubernetes (the relay
-   * itself, a few links and the clients' buffers fit beside it).
-   */
-  inFlightBytes: 64 * 1024 * 1024,
-  ackWaitMs: 30_000,
-  sourceAcks: "cumulative" as const,
-  publishTimeoutMs: 5_000,
-  /** A link whose source has messages for it but delivers none, for this long, is stalled. */
-  stallAfterMs: 10_000,
-  maxHops: 8,
-  onGap: "continue",
-  idTtlMs: 3_600_000,
-  /** guard.redis.waitTimeout: how long a commit waits for its replicas. */
-  redisWaitTimeoutMs: 1_000,
-  /** The guard's claim TTL is this many times the link's ack wait. */
-  claimTtlAckWaitFactor: 2,
-  httpHost: "127.0.0.1",
-  httpPort: 9464,
-  logLevel: "info",
-  /** A catching-up or resyncing link logs its progress this often. */
-  progressLogMs: 10_000,
-  shutdownGraceMs: 30_000,
-  leaseBucket: "relay_leases",
-  leaseMs: 5_000,
-  leaseRenewMs: 1_000,
-} as const);
-
-/** `"relay-" + link name`. */
-export function defaultDurableName(linkName: string): string {
-  return `relay-${linkName}`;
-}
-
-/** `"relay.dlq." + link name`. */
-export function defaultDeadLetterSubject(linkName: string): string {
-  return `relay.dlq.${linkName}`;
-}
-
-const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-
-/**
- * `"header:Entity-Id"` → `{ kind: "header", name: "Entity-Id" }`,
- * `"subject-token:2"` → `{ kind: "subject-token", index: 2 }` (0-based: in `orders.eu.42`, token 2 is `42`).
- * Throws an Error whose message is a phrase meant to follow `<path>: `.
- */
-export function parseFieldSource(text: string): FieldSource {
-  const shown = JSON.stringify(text.length > 60 ? `${text.slice(0, 60)}…` : text);
-  const colon = text.indexOf(":");
-  const kind = colon < 0 ? text : text.slice(0, colon);
-  const arg = colon < 0 ? undefined : text.slice(colon + 1);
-  if (kind === "header") {
-    if (arg === undefined || !HEADER_NAME.test(arg)) {
-      throw new Error(
-        `invalid field source ${shown}: "header:" must be followed by a header name, e.g. "header:Entity-Id"`,
-      );
-    }
-    return { kind: "header", name: arg };
-  }
-  if (kind === "subject-token") {
-    if (arg === undefined || !/^\d{1,3}$/.test(arg)) {
-      throw new Error(
-        `invalid field source ${shown}: the token index must be a whole number from 0 (0-based), e.g. "subject-token:2"`,
-      );
-    }
-    return { kind: "subject-token", index: Number(arg) };
-  }
-  throw new Error(`invalid field source ${shown}: use "header:<name>" or "subject-token:<index>"`);
-}
+export { DEFAULTS, DEFAULT_STRIP_HEADERS, defaultDeadLetterSubject, defaultDurableName } from "./defaults.js";
+export { parseFieldSource } from "./field-source.js";
 
 /** Object.freeze, recursively, on plain objects and arrays. */
 export function deepFreeze<T>(value: T): T {

@@ -6,7 +6,7 @@
  * string, and every problem is reported at the config path where the reference appears.
  * Map keys are never interpolated.
  */
-import type { ConfigPath, ConfigProblem } from "./schema.js";
+import type { ConfigPath, ConfigProblem } from "./problems.js";
 
 /** The environment to read (normally `process.env`). */
 export type Env = Readonly<Record<string, string | undefined>>;
