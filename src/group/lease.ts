@@ -1,21 +1,19 @@
-import { JetStreamApiCodes } from "@nats-io/jetstream";
-import { KvWatchInclude } from "@nats-io/kv";
 import type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
-import type { QueuedIterator } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
-import { Backoff, sleep } from "../lifecycle/backoff.js";
-import { isApiCode } from "../nats/durable-consumer.js";
-import { bucketIncarnation, isBucketGone, openGroupBucket } from "./bucket.js";
+import { Backoff } from "../lifecycle/backoff.js";
+import { isBucketGone } from "./bucket.js";
+import { LeaseBucket } from "./lease-bucket.js";
+import { ContenderView } from "./lease-contender.js";
+import { OwnerDeadline } from "./lease-deadline.js";
+import { encodeLeaseValue, isCasConflict, readLeaseValue as readValue } from "./lease-value.js";
+import { KvTrouble } from "./lease-trouble.js";
+import { AcquireWaiters, stoppedError } from "./lease-waiters.js";
+import { Napper, watchLeaseKey } from "./lease-wakeup.js";
 import { compileLeaseOptions } from "./types.js";
-import type { CompiledLeaseOptions, LeaseOptions, LeaseState, LeaseValue } from "./types.js";
+import type { CompiledLeaseOptions, LeaseOptions, LeaseState } from "./types.js";
 
 export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
-
-interface Waiter {
-  resolve(epoch: number): void;
-  reject(err: unknown): void;
-}
 
 /**
  * One link's ownership lease (DESIGN §9): a key in a JetStream KV bucket, acquired and renewed by CAS on
@@ -36,44 +34,36 @@ interface Waiter {
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
+ *
+ * This class is the state machine and its reads and writes of the key; its parts live beside it: the
+ * contender's expiry judgement (lease-contender.ts), the owner's deadline and renewal schedule
+ * (lease-deadline.ts), the stored value (lease-value.ts), the group bucket and its incarnation
+ * (lease-bucket.ts), the loop's naps and the key watch (lease-wakeup.ts), the callers waiting for
+ * ownership (lease-waiters.ts) and the KV failure streak (lease-trouble.ts).
  */
 export class LinkLease {
   private readonly opts: CompiledLeaseOptions;
   private readonly logger: Logger;
   private readonly now: () => number;
   private current: LeaseState = "idle";
-  private kv: KV | undefined;
+  private readonly bucket: LeaseBucket;
   /** Revision of our last successful write (0: none known); what a renewal or release CASes on. */
   private revision = 0;
   private heldEpoch: number | undefined;
-  /** Monotonic ms; `valid()` is `owner && now() < deadline`. */
-  private deadline = -Infinity;
-  private nextRenewAt = 0;
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  /** The revision a contender last saw, the local time it first saw it (its expiry clock), and the lease duration it stored. */
-  private observed: { revision: number; at: number; leaseMs: number } | undefined;
-  /** The incarnation (creation time) of the bucket as this member last read it; of the held lease. */
-  private knownIncarnation: number | undefined;
+  /** `valid()` is `owner && now() < deadline`. */
+  private readonly deadline: OwnerDeadline;
+  /** What this member knows of the lease while it does not hold it. */
+  private readonly contender: ContenderView;
+  /** The incarnation (creation time) of the bucket of the held lease. */
   private heldIncarnation: number | undefined;
-  /** Own clock when this member saw the bucket re-created: it takes no key until `holdOffMs()` later. */
-  private recreatedAt: number | undefined;
-  /** The longest lease duration this member has seen stored (its own at least). */
-  private longestLeaseMs: number;
-  /** `holder/leaseMs` of the last lease judged by a stored duration other than this member's (logged once). */
-  private foreignLease: string | undefined;
   private run: { abort: AbortController; done: Promise<void> } | undefined;
   private watcher: { stop(): void } | undefined;
-  private wakePending = false;
-  private waker: (() => void) | undefined;
-  private troubleStreak = 0;
+  private readonly napper = new Napper();
+  private readonly trouble: KvTrouble;
   private otherHolder: string | undefined;
   private resumedOwn = false;
-  private readonly waiters = new Set<Waiter>();
+  private readonly waiters = new AcquireWaiters();
   private readonly lostCallbacks: ((reason: string) => void)[] = [];
-  /** Placement prefers this member for the lease (default: yes; a group without placement has one member per link). */
-  private eligible = true;
-  /** Since when (own clock) the key has been free or expired while this member was not eligible. */
-  private vacantSince: number | undefined;
   /** A renewal attempt failed since the last success: the next success is late. */
   private renewalMissed = false;
   private ownerSince: string | undefined;
@@ -85,8 +75,22 @@ export class LinkLease {
   constructor(options: LeaseOptions) {
     this.opts = compileLeaseOptions(options);
     this.now = this.opts.now;
-    this.longestLeaseMs = this.opts.leaseMs;
     this.logger = options.logger.child({ bucket: this.opts.bucket, key: this.opts.key, owner: this.opts.owner });
+    this.deadline = new OwnerDeadline(
+      this.opts,
+      () => this.current === "owner",
+      () => this.lose("lease deadline passed without a successful renewal"),
+    );
+    this.contender = new ContenderView(this.opts, this.logger);
+    this.trouble = new KvTrouble(this.logger);
+    this.bucket = new LeaseBucket(this.opts, this.logger, {
+      state: () => this.current,
+      dropped: () => {
+        this.watcher?.stop();
+        this.watcher = undefined;
+      },
+      recreated: (known, incarnation) => this.bucketRecreated(known, incarnation),
+    });
   }
 
   get state(): LeaseState {
@@ -127,14 +131,11 @@ export class LinkLease {
    * leaseMs: a group whose members disagree for a while never leaves a link without an owner.
    */
   setEligible(eligible: boolean): void {
-    if (eligible === this.eligible) return;
-    this.eligible = eligible;
-    this.vacantSince = undefined;
-    if (eligible) this.wake();
+    if (this.contender.setEligible(eligible) && eligible) this.napper.wake();
   }
 
   get isEligible(): boolean {
-    return this.eligible;
+    return this.contender.eligible;
   }
 
   /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
@@ -156,7 +157,7 @@ export class LinkLease {
    * sees false here before anything else runs.
    */
   valid(): boolean {
-    return this.current === "owner" && this.now() < this.deadline;
+    return this.current === "owner" && this.deadline.ahead();
   }
 
   /** Starts contending in the background. A no-op while running; throws INTERNAL after `stop()`. */
@@ -177,19 +178,7 @@ export class LinkLease {
     if (signal?.aborted) return Promise.reject(signal.reason as Error);
     if (this.valid() && this.heldEpoch !== undefined) return Promise.resolve(this.heldEpoch);
     if (this.stopping) return Promise.reject(stoppedError());
-    return new Promise<number>((resolve, reject) => {
-      const onAbort = () => waiter.reject(signal?.reason);
-      const settle = () => {
-        this.waiters.delete(waiter);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      const waiter: Waiter = {
-        resolve: (epoch) => (settle(), resolve(epoch)),
-        reject: (err) => (settle(), reject(err as Error)),
-      };
-      this.waiters.add(waiter);
-      signal?.addEventListener("abort", onAbort, { once: true });
-    });
+    return this.waiters.wait(signal);
   }
 
   /** `cb` runs once per involuntary loss (deadline passed, or the key was taken or deleted); not on release/stop. */
@@ -228,7 +217,7 @@ export class LinkLease {
       this.forget();
     }
     this.setState("stopped");
-    for (const w of [...this.waiters]) w.reject(stoppedError());
+    this.waiters.rejectAll(stoppedError());
     this.resolveClosed();
   }
 
@@ -239,9 +228,10 @@ export class LinkLease {
     if (this.current === "owner") this.opts.onTransition?.(reason);
     if (this.current !== "stopped") this.setState("idle", reason);
     this.forget();
-    if (revision === 0 || !this.kv) return;
+    const kv = this.bucket.opened;
+    if (revision === 0 || !kv) return;
     try {
-      await this.kv.delete(this.opts.key, { previousSeq: revision });
+      await kv.delete(this.opts.key, { previousSeq: revision });
       this.logger.info({ revision }, "lease released");
     } catch (err) {
       // A conflict means someone wrote after us: there is nothing of ours left to release.
@@ -263,9 +253,7 @@ export class LinkLease {
 
   /** Makes `valid()` false until a new acquisition (synchronously: before any I/O of a release). */
   private fence(): void {
-    this.deadline = -Infinity;
-    clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = undefined;
+    this.deadline.clear();
   }
 
   /** Forgets what we held, once the loop has ended. */
@@ -279,7 +267,7 @@ export class LinkLease {
     const backoff = new Backoff(Math.min(100, this.opts.pollMs), this.opts.pollMs);
     while (!signal.aborted) {
       try {
-        const kv = await this.bucket();
+        const kv = await this.bucket.open();
         this.watch(kv, signal);
         if (this.current === "lost") {
           this.heldEpoch = undefined;
@@ -288,16 +276,16 @@ export class LinkLease {
         if (this.current === "owner") {
           await this.renewOnce(kv, signal);
         } else if (!(await this.contendOnce(kv, signal))) {
-          await this.nap(this.contendWaitMs(), signal);
+          await this.napper.nap(this.contender.waitMs(), signal);
         }
         backoff.reset();
       } catch (err) {
         if (signal.aborted) break;
         // The bucket is gone (deleted, or an R1 bucket lost): the next step opens it again, creating it.
-        if (isBucketGone(err)) this.dropBucket();
-        this.trouble(err);
+        if (isBucketGone(err)) this.bucket.drop();
+        this.trouble.failed(err, this.current);
         // An owner retries on its renewal schedule (renewOnce moved nextRenewAt); others back off.
-        if (this.current !== "owner") await this.nap(backoff.next(), signal);
+        if (this.current !== "owner") await this.napper.nap(backoff.next(), signal);
       }
     }
   }
@@ -306,111 +294,82 @@ export class LinkLease {
   private async contendOnce(kv: KV, signal: AbortSignal): Promise<boolean> {
     const entry = await kv.get(this.opts.key);
     const seenAt = this.now(); // after the reply: the revision was written before this instant
-    this.recovered();
+    this.trouble.recovered();
     if (signal.aborted) return false;
     const named = entry?.operation === "PUT" ? readValue(entry)?.owner : undefined;
     this.otherHolder = named !== undefined && named !== this.opts.owner ? named : undefined;
+    const c = this.contender;
     if (!entry || entry.operation !== "PUT") {
-      if (!this.mayTake(seenAt)) return false;
-      return this.tryAcquire(kv, entry?.revision ?? 0, this.why(entry ? "lease was released" : "lease key absent"), signal);
+      if (!c.mayTake(seenAt)) return false;
+      return this.tryAcquire(kv, entry?.revision ?? 0, c.why(entry ? "lease was released" : "lease key absent"), signal);
     }
     const value = readValue(entry);
     const holder = value?.owner ?? "?";
-    if (this.observed?.revision !== entry.revision) {
-      this.observed = { revision: entry.revision, at: seenAt, leaseMs: this.storedLeaseMs(value) };
-      this.vacantSince = undefined;
-      this.logger.debug({ revision: entry.revision, holder, leaseMs: this.observed.leaseMs }, "lease held by another member");
-      if (holder !== this.opts.owner) this.judgedBy(holder, this.observed.leaseMs);
+    let seen = c.observed;
+    if (seen?.revision !== entry.revision) {
+      seen = c.observe(entry.revision, seenAt, value);
+      this.logger.debug({ revision: entry.revision, holder, leaseMs: seen.leaseMs }, "lease held by another member");
+      if (holder !== this.opts.owner) c.judgedBy(holder, seen.leaseMs);
     }
     if (holder === this.opts.owner) {
       // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
-      if (!this.mayTake(seenAt)) return false;
-      return this.tryAcquire(kv, entry.revision, this.why("lease still names this member"), signal, true);
+      if (!c.mayTake(seenAt)) return false;
+      return this.tryAcquire(kv, entry.revision, c.why("lease still names this member"), signal, true);
     }
-    const unchangedMs = seenAt - this.observed.at;
-    if (unchangedMs < this.observed.leaseMs || !this.mayTake(seenAt)) return false;
-    return this.tryAcquire(kv, entry.revision, this.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms (its lease: ${this.observed.leaseMs}ms)`), signal);
-  }
-
-  /** Until the next contender step: the next poll, or the moment the observed lease would expire if sooner. */
-  private contendWaitMs(): number {
-    if (this.recreatedAt !== undefined) {
-      const holdOffLeft = this.recreatedAt + this.holdOffMs() - this.now();
-      return Math.max(1, Math.min(this.opts.pollMs, holdOffLeft + 1));
-    }
-    const seen = this.observed;
-    if (!seen || !this.eligible) return this.opts.pollMs;
-    const expiresIn = seen.at + seen.leaseMs - this.now();
-    return Math.max(1, Math.min(this.opts.pollMs, expiresIn + 1));
-  }
-
-  /**
-   * A free or expired lease: taken by an eligible member at once, by another after a further leaseMs;
-   * by none while the bucket was just re-created (see `noteIncarnation`).
-   */
-  private mayTake(seenAt: number): boolean {
-    if (this.recreatedAt !== undefined) {
-      if (seenAt - this.recreatedAt < this.holdOffMs()) return false;
-      this.recreatedAt = undefined;
-    }
-    if (this.eligible) return true;
-    this.vacantSince ??= seenAt;
-    return seenAt - this.vacantSince >= this.opts.leaseMs;
-  }
-
-  private why(reason: string): string {
-    return this.eligible ? reason : `${reason}; no preferred member took it for ${this.opts.leaseMs}ms`;
+    const unchangedMs = seenAt - seen.at;
+    if (unchangedMs < seen.leaseMs || !c.mayTake(seenAt)) return false;
+    return this.tryAcquire(kv, entry.revision, c.why(`lease of ${holder} unchanged for ${Math.round(unchangedMs)}ms (its lease: ${seen.leaseMs}ms)`), signal);
   }
 
   private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal, resumes = false): Promise<boolean> {
     // The revision is an epoch of the bucket's incarnation of the moment: read it before and after the
     // write. Equal, the write went to that bucket; a bucket re-created meanwhile is not acquired in.
-    const incarnation = await this.readIncarnation(kv);
-    if (this.noteIncarnation(incarnation) || signal.aborted) return false;
+    const incarnation = await this.bucket.readIncarnation(kv);
+    if (this.bucket.noteIncarnation(incarnation) || signal.aborted) return false;
     const sentAt = this.now();
     let revision: number;
     try {
       revision =
         lastRevision === 0
-          ? await kv.create(this.opts.key, this.encode())
-          : await kv.update(this.opts.key, this.encode(), lastRevision, this.opts.requestTimeoutMs);
+          ? await kv.create(this.opts.key, encodeLeaseValue(this.opts))
+          : await kv.update(this.opts.key, encodeLeaseValue(this.opts), lastRevision, this.opts.requestTimeoutMs);
     } catch (err) {
       if (!isCasConflict(err)) throw err;
       this.logger.debug({ lastRevision }, "lost an acquisition race");
-      await this.nap(Math.min(50, this.opts.pollMs), signal);
+      await this.napper.nap(Math.min(50, this.opts.pollMs), signal);
       return false;
     }
     this.revision = revision; // even when stopping: release() must delete what we just wrote
-    this.observed = undefined;
-    if (this.noteIncarnation(await this.readIncarnation(kv))) return false;
+    this.contender.observed = undefined;
+    if (this.bucket.noteIncarnation(await this.bucket.readIncarnation(kv))) return false;
     if (signal.aborted) return false;
     this.heldEpoch = revision;
     this.heldIncarnation = incarnation;
-    this.extend(sentAt);
+    this.deadline.extend(sentAt);
     this.otherHolder = undefined;
     this.resumedOwn = resumes;
-    this.vacantSince = undefined;
+    this.contender.vacantSince = undefined;
     this.renewalMissed = false;
     this.ownerSince = new Date().toISOString();
     this.opts.onTransition?.("acquired");
     this.setState("owner", why);
-    for (const w of [...this.waiters]) w.resolve(revision);
+    this.waiters.resolveAll(revision);
     return true;
   }
 
   /** One owner step: wait for the renewal time, then CAS our revision forward. */
   private async renewOnce(kv: KV, signal: AbortSignal): Promise<void> {
-    const wait = this.nextRenewAt - this.now();
-    if (wait > 0) await this.nap(wait, signal);
+    const wait = this.deadline.renewalDueIn();
+    if (wait > 0) await this.napper.nap(wait, signal);
     if (signal.aborted || this.current !== "owner") return;
     const sentAt = this.now();
-    if (sentAt >= this.deadline) return this.lose("lease deadline passed before a renewal succeeded");
+    if (sentAt >= this.deadline.at) return this.lose("lease deadline passed before a renewal succeeded");
     const epoch = this.heldEpoch;
     // Until this one succeeds, retry soon (several attempts fit before the deadline).
-    this.nextRenewAt = sentAt + Math.max(this.opts.renewMs / 4, 10);
+    this.deadline.retrySoon(sentAt);
     let revision: number;
     try {
-      revision = await kv.update(this.opts.key, this.encode(epoch), this.revision, this.opts.requestTimeoutMs);
+      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, epoch), this.revision, this.opts.requestTimeoutMs);
     } catch (err) {
       if (this.current !== "owner" || this.heldEpoch !== epoch) return; // lost meanwhile
       if (isCasConflict(err)) return this.afterConflict(kv, epoch);
@@ -418,13 +377,13 @@ export class LinkLease {
       throw err;
     }
     this.revision = revision; // ours even if the deadline passed meanwhile: a release must delete it
-    this.recovered();
+    this.trouble.recovered();
     if (signal.aborted || this.current !== "owner" || this.heldEpoch !== epoch) return;
     if (this.renewalMissed) {
       this.renewalMissed = false;
       this.opts.onTransition?.("renewed-late");
     }
-    this.extend(sentAt);
+    this.deadline.extend(sentAt);
   }
 
   /**
@@ -443,40 +402,15 @@ export class LinkLease {
     if (entry && value?.owner === this.opts.owner && (value.epoch ?? entry.revision) === epoch) {
       this.logger.info({ revision: entry.revision }, "an earlier renewal landed after its request timed out; renewing from it");
       this.revision = entry.revision;
-      this.nextRenewAt = this.now();
+      this.deadline.renewNow();
       return;
     }
     this.lose(!entry || entry.operation !== "PUT" ? "lease key was deleted" : `lease taken by ${value?.owner ?? "?"}`);
   }
 
-  /**
-   * A successful write sent at `sentAt` (local monotonic ms) keeps us valid until sentAt + leaseMs −
-   * margin: the leaseMs every write of ours stores (`encode`), so never past what contenders judge by.
-   */
-  private extend(sentAt: number): void {
-    this.deadline = sentAt + this.opts.leaseMs - this.opts.marginMs;
-    this.nextRenewAt = sentAt + this.opts.renewMs;
-    this.armDeadline();
-  }
-
-  /** Turns the state to `lost` promptly when the deadline passes, even while a renewal hangs. */
-  private armDeadline(): void {
-    clearTimeout(this.deadlineTimer);
-    this.deadlineTimer = setTimeout(
-      () => {
-        if (this.current !== "owner") return;
-        if (this.now() >= this.deadline) this.lose("lease deadline passed without a successful renewal");
-        else this.armDeadline();
-      },
-      Math.max(0, this.deadline - this.now()),
-    );
-    this.deadlineTimer.unref();
-  }
-
   private lose(reason: string): void {
     if (this.current !== "owner") return;
-    this.deadline = -Infinity;
-    clearTimeout(this.deadlineTimer);
+    this.deadline.clear();
     this.opts.onTransition?.("lost");
     this.setState("lost", reason);
     for (const cb of this.lostCallbacks) {
@@ -486,7 +420,7 @@ export class LinkLease {
         this.logger.error({ err: toRelayError(err).message }, "onLost callback threw");
       }
     }
-    this.wake();
+    this.napper.wake();
   }
 
   /** The loop itself failed (a bug): give up ownership, reject waiters, stay idle. */
@@ -498,83 +432,22 @@ export class LinkLease {
     this.forget();
     this.run = undefined;
     this.setState("idle", "loop failed");
-    for (const w of [...this.waiters]) w.reject(relayErr);
-  }
-
-  private async bucket(): Promise<KV> {
-    if (this.kv) return this.kv;
-    const kv = await openGroupBucket({
-      nc: this.opts.nc,
-      domain: this.opts.domain,
-      bucket: this.opts.bucket,
-      timeoutMs: this.opts.requestTimeoutMs,
-      replicas: this.opts.replicas,
-    });
-    this.noteIncarnation(await this.readIncarnation(kv));
-    this.kv = kv;
-    return kv;
-  }
-
-  /** Forgets the opened bucket (it is gone): the next step opens it again, and the watch starts over. */
-  private dropBucket(): void {
-    if (!this.kv) return;
-    this.kv = undefined;
-    this.watcher?.stop();
-    this.watcher = undefined;
-    this.logger.warn({ state: this.current }, "the group bucket is gone: opening it again (created when missing)");
-  }
-
-  private async readIncarnation(kv: KV): Promise<number> {
-    try {
-      return await bucketIncarnation(kv);
-    } catch (err) {
-      if (isBucketGone(err)) this.dropBucket();
-      throw err;
-    }
+    this.waiters.rejectAll(relayErr);
   }
 
   /**
-   * The bucket's incarnation as just read. Another than the one this member knew: the bucket was
-   * deleted and created again, so its revisions (epochs) start over. An owner stops at once; nobody
-   * takes a key in it until the longest lease seen has passed (an owner of the old bucket that has not
-   * noticed stops by its own deadline first). Returns whether it changed.
+   * The bucket's incarnation changed from `known` to `incarnation`: it was deleted and created again,
+   * so its revisions (epochs) start over. An owner stops at once; nobody takes a key in it until the
+   * longest lease seen has passed (an owner of the old bucket that has not noticed stops by its own
+   * deadline first).
    */
-  private noteIncarnation(incarnation: number): boolean {
-    const known = this.knownIncarnation;
-    this.knownIncarnation = incarnation;
-    if (known === undefined || known === incarnation) return false;
-    this.recreatedAt = this.now();
-    this.observed = undefined;
+  private bucketRecreated(known: number, incarnation: number): void {
+    this.contender.recreated(this.now());
     this.logger.warn(
-      { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.holdOffMs() },
+      { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.contender.holdOffMs() },
       "the group bucket was re-created: its revisions start over; no lease is taken in it for the longest lease seen",
     );
     this.lose("the group bucket was re-created");
-    return true;
-  }
-
-  private holdOffMs(): number {
-    return this.longestLeaseMs;
-  }
-
-  /** The lease duration a value stored (its writer's `group.lease`); this member's own when it has none. */
-  private storedLeaseMs(value: LeaseValue | undefined): number {
-    const ms = value?.leaseMs;
-    const stored = typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : this.opts.leaseMs;
-    this.longestLeaseMs = Math.max(this.longestLeaseMs, stored);
-    return stored;
-  }
-
-  /** Logs (once per holder and duration) a lease judged by a stored duration other than this member's. */
-  private judgedBy(holder: string, leaseMs: number): void {
-    if (leaseMs === this.opts.leaseMs) return;
-    const which = `${holder}/${leaseMs}`;
-    if (this.foreignLease === which) return;
-    this.foreignLease = which;
-    this.logger.warn(
-      { holder, storedLeaseMs: leaseMs, leaseMs: this.opts.leaseMs },
-      `the lease of ${holder} is judged by the duration it stored (${leaseMs} ms), not this member's group.lease (${this.opts.leaseMs} ms): the group's members disagree on group.lease`,
-    );
   }
 
   /**
@@ -583,28 +456,14 @@ export class LinkLease {
    */
   private watch(kv: KV, signal: AbortSignal): void {
     if (this.watcher || signal.aborted || this.opts.nc.isClosed()) return;
-    let iter: QueuedIterator<KvWatchEntry> | undefined;
-    let stopped = false;
-    const handle = {
-      stop: () => {
-        stopped = true;
-        iter?.stop();
-      },
-    };
-    this.watcher = handle;
-    const run = async () => {
-      iter = await kv.watch({ key: this.opts.key, include: KvWatchInclude.UpdatesOnly });
-      if (stopped) return iter.stop();
-      for await (const e of iter) {
-        if (e.operation !== "PUT") this.wake();
-        else this.sawRenewal(e);
-      }
-    };
-    run()
-      .catch((err: unknown) => this.logger.debug({ err: toRelayError(err).message }, "lease watch ended"))
-      .finally(() => {
+    const handle = watchLeaseKey(kv, this.opts.key, this.logger, {
+      onRemoved: () => this.napper.wake(),
+      onPut: (e) => this.sawRenewal(e),
+      onEnd: () => {
         if (this.watcher === handle) this.watcher = undefined; // the next loop step starts a new one
-      });
+      },
+    });
+    this.watcher = handle;
   }
 
   /**
@@ -613,48 +472,11 @@ export class LinkLease {
    * Receiving a write is after the owner sent it, so the owner's own deadline still comes first.
    */
   private sawRenewal(e: KvWatchEntry): void {
-    if (this.current === "owner" || this.observed?.revision === e.revision) return;
+    if (this.current === "owner" || this.contender.observed?.revision === e.revision) return;
     const named = readValue(e)?.owner;
     if (named === this.opts.owner) return; // our own write (an acquisition the loop is finishing)
-    this.observed = { revision: e.revision, at: this.now(), leaseMs: this.storedLeaseMs(readValue(e)) };
-    this.vacantSince = undefined;
+    this.contender.observe(e.revision, this.now(), readValue(e));
     if (named !== undefined) this.otherHolder = named;
-  }
-
-  /** Sleeps `ms`; ends early on abort and on `wake()` (a wake while awake ends the next nap at once). */
-  private async nap(ms: number, signal: AbortSignal): Promise<void> {
-    if (this.wakePending) {
-      this.wakePending = false;
-      return;
-    }
-    const ac = new AbortController();
-    const onAbort = () => ac.abort();
-    signal.addEventListener("abort", onAbort, { once: true });
-    this.waker = onAbort;
-    try {
-      await sleep(ms, ac.signal);
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-      this.waker = undefined;
-    }
-  }
-
-  private wake(): void {
-    if (this.waker) this.waker();
-    else this.wakePending = true;
-  }
-
-  private trouble(err: unknown): void {
-    const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
-    this.troubleStreak++;
-    const level = this.troubleStreak === 1 ? "warn" : "debug";
-    this.logger[level]({ code: relayErr.code, err: relayErr.message, state: this.current, attempts: this.troubleStreak }, "lease KV request failed");
-  }
-
-  private recovered(): void {
-    if (this.troubleStreak === 0) return;
-    this.logger.info({ attempts: this.troubleStreak }, "lease KV reachable again");
-    this.troubleStreak = 0;
   }
 
   private setState(next: LeaseState, reason?: string): void {
@@ -664,35 +486,4 @@ export class LinkLease {
     const level = next === "lost" ? "warn" : "info";
     this.logger[level]({ from, to: next, epoch: this.heldEpoch, ...(reason ? { reason } : {}) }, `lease ${next}`);
   }
-
-  /** The value of a write: every write stores this member's lease duration, which its deadline follows (`extend`). */
-  private encode(epoch?: number): string {
-    const value: LeaseValue = {
-      owner: this.opts.owner,
-      ...(epoch !== undefined ? { epoch } : {}),
-      renewedAt: new Date().toISOString(),
-      leaseMs: this.opts.leaseMs,
-      renewMs: this.opts.renewMs,
-    };
-    return JSON.stringify(value);
-  }
-}
-
-function readValue(entry: KvEntry): LeaseValue | undefined {
-  try {
-    const v = entry.json<Partial<LeaseValue>>();
-    return typeof v?.owner === "string" ? (v as LeaseValue) : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-function isCasConflict(err: unknown): boolean {
-  return (
-    isApiCode(err, JetStreamApiCodes.StreamWrongLastSequence) || isApiCode(err, JetStreamApiCodes.StreamWrongLastSequenceUnknown)
-  );
-}
-
-function stoppedError(): Error {
-  return new DOMException("lease stopped", "AbortError");
 }

@@ -6,33 +6,16 @@ import { identify, route } from "../link/identity.js";
 import type { MessageIdentity } from "../link/identity.js";
 import { SourceIds } from "./derived-ids.js";
 import { Column, HashedKeyTable } from "./hash-table.js";
-import type {
-  BackwardsExample,
-  OutOfOrderExample,
-  SourceExample,
-  SupersededExample,
-  VerifyReport,
-} from "./report.js";
+import { OrderCheck } from "./order-check.js";
+import type { SourceExample, VerifyReport } from "./report.js";
 import type { ReadResult } from "./stream-reader.js";
+import type { DeadLetterSource, Headers, VerifyOptions } from "./types.js";
+import { VersionCheck } from "./version-check.js";
 import { headersOf } from "../nats/wire-headers.js";
-import type { VerifyOptions } from "./verify.js";
 
 const FROM_LINK = 1; // some copy's Relay-Source names this link's source stream
 const IN_SOURCE = 2; // the id is a forwardable source message's id
 const EXAMPLE = 4; // already among the duplicate examples
-
-const CHECKED = 1; // entity flag: a copy of this link carried it (the backwards check has a last version)
-
-/** Headers as verify reads them (WireHeaders or MsgHdrs). */
-type Headers = { get(key: string): string } | undefined;
-
-/** Where the dead-letter records of the link are read from, as verifySides found out. */
-export interface DeadLetterSource {
-  readonly status: VerifyReport["deadLetter"]["status"];
-  readonly subject?: string;
-  readonly stream?: string;
-  readonly detail?: string;
-}
 
 export interface VerifierSetup {
   /**
@@ -50,12 +33,6 @@ export interface VerifierSetup {
   readonly deadLetter?: DeadLetterSource;
 }
 
-/** Per order scope: the highest source seq stored so far and where. */
-interface OrderState {
-  sourceSeq: number;
-  destSeq: number;
-}
-
 /**
  * The state of one verification, fed the dead-letter records (`onDeadLetter`), the destination's
  * messages (`onDest`, in stream order) and then the source's (`onSource`, in stream order). Ids and
@@ -65,6 +42,9 @@ interface OrderState {
  * Each examined source message is classified by what happened to it: held by the destination, else on
  * the dead-letter stream, else (bad under the current config) unconfirmed, else superseded by a newer
  * version of its entity, else not yet relayed (above the horizon), else missing.
+ *
+ * The order of the destination's copies is checked by OrderCheck (order-check.ts), entity versions
+ * (backwards, superseded) by VersionCheck (version-check.ts).
  */
 export class Verifier {
   private readonly limit: number;
@@ -76,45 +56,25 @@ export class Verifier {
   private readonly sourceIds: SourceIds;
   private readonly deadLetterIds: SourceIds;
   private deadLetter: DeadLetterSource;
-  /** Other links into the same destination stream, by the `<region> <stream> ` prefix of their Relay-Source. */
-  private readonly otherSources = new Map<string, LinkConfig>();
-  private readonly headerFieldsOnly: boolean;
+  private readonly order: OrderCheck;
+  private readonly versions: VersionCheck;
   private readonly ids = new HashedKeyTable();
   private readonly counts = new Column((n) => new Uint32Array(n));
   private readonly flags = new Column((n) => new Uint8Array(n));
   /** Ids of this link's dead-letter records. */
   private readonly deadLettered = new HashedKeyTable();
-  private readonly entities = new HashedKeyTable();
-  private readonly entityFlags = new Column((n) => new Uint8Array(n));
-  private readonly lastVersion = new Column((n) => new Float64Array(n));
-  private readonly lastSeq = new Column((n) => new Float64Array(n));
-  private readonly wentBack = new Column((n) => new Uint8Array(n));
-  /**
-   * The highest version of the entity the guard had applied (+1; 0 = none): from the destination's copies
-   * of earlier source ranges and of other links, then, in source order, from each delivered message.
-   */
-  private readonly held = new Column((n) => new Float64Array(n));
   private readonly dupExamples: string[] = [];
   /** Ids seen twice before any copy named this link: duplicates only if the source has them. Bounded. */
   private readonly dupCandidates: string[] = [];
-  private readonly backExamples: BackwardsExample[] = [];
   private readonly missingExamples: SourceExample[] = [];
   private readonly pendingExamples: string[] = [];
   private readonly deadLetteredExamples: SourceExample[] = [];
-  private readonly supersededExamples: SupersededExample[] = [];
   private readonly notForwardedExamples: SourceExample[] = [];
   private readonly unconfirmedExamples: SourceExample[] = [];
-  private readonly orderExamples: OutOfOrderExample[] = [];
-  private readonly linkOrder: OrderState = { sourceSeq: 0, destSeq: 0 };
-  private readonly partitionOrder = new Map<string, OrderState>();
   private horizon = 0;
   private destExamined = 0;
   private destFromLink = 0;
   private deadLetterRecords = 0;
-  private entitiesChecked = 0;
-  private backEntities = 0;
-  private backEvents = 0;
-  private outOfOrder = 0;
   private sourceExamined = 0;
   private forwardable = 0;
   private notForwarded = 0;
@@ -125,7 +85,6 @@ export class Verifier {
   private badButPresent = 0;
   private delivered = 0;
   private deadLetteredCount = 0;
-  private superseded = 0;
   private unconfirmed = 0;
   private missing = 0;
   private notYetRelayed = 0;
@@ -150,12 +109,8 @@ export class Verifier {
       (link.badMessage.action === "halt"
         ? { status: "halt" }
         : { status: "unreadable", subject: link.badMessage.subject, detail: "not read" });
-    for (const l of links) {
-      if (l.name === link.name || l.to.region !== link.to.region || l.to.stream !== link.to.stream) continue;
-      this.otherSources.set(`${l.from.region} ${l.from.stream} `, l);
-    }
-    const v = link.guard?.versions;
-    this.headerFieldsOnly = v !== undefined && v.entity.kind === "header" && v.version.kind === "header";
+    this.order = new OrderCheck(link, this.limit);
+    this.versions = new VersionCheck(link, links, this.limit);
   }
 
   /** The dead-letter stream could not be read (to its end): dead-lettering is not confirmed beyond what was read. */
@@ -198,14 +153,14 @@ export class Verifier {
     }
     if (stampMs < this.presenceFromMs) {
       // Read only for the versions the guard knew before the window (with --since and guard.versions).
-      if (rs !== "") this.notePriorVersion(m, h, rs, fromLink);
+      if (rs !== "") this.versions.notePriorVersion(m, h, rs, fromLink);
       return;
     }
     if (fromLink && seq > this.horizon && !older) this.horizon = seq;
     const early = this.sinceMs !== undefined && stampMs < this.sinceMs;
     if (!early) this.destExamined++;
     if (rs !== "" && (!fromLink || older || seq < this.sourceStartSeq))
-      this.notePriorVersion(m, h, rs, fromLink);
+      this.versions.notePriorVersion(m, h, rs, fromLink);
     const rawId = h?.get(RelayHeaders.MsgId) ?? "";
     if (rawId === "") return;
     const id = this.sourceIds.destinationKey(rawId, h);
@@ -218,9 +173,9 @@ export class Verifier {
     if (fromLink) {
       this.destFromLink++;
       this.flags.data[e]! |= FROM_LINK;
-      this.checkVersion(m, h);
+      this.versions.checkVersion(m, h);
       if (first && !older && seq > 0 && (h?.get(RelayHeaders.Snapshot) ?? "") === "")
-        this.checkOrder(m, id, seq);
+        this.order.check(m, id, seq);
     }
     if (count < 2) return;
     const f = this.flags.data[e]!;
@@ -233,108 +188,6 @@ export class Verifier {
     } else if (count === 2 && this.dupCandidates.length < 50 * this.limit) {
       this.dupCandidates.push(id);
     }
-  }
-
-  /**
-   * The first copy of a source message, against the copies of this link stored before it: the relay
-   * keeps source order over an unpartitioned link, and within each partition of a partitioned one (every
-   * subject is in one partition, so this covers per-subject order too). Snapshot copies of a resync and
-   * copies of an older incarnation are left out (they restart the order by design).
-   */
-  private checkOrder(m: JsMsg, id: string, seq: number): void {
-    let state = this.linkOrder;
-    let partition: string | undefined;
-    const p = this.link.partitions;
-    if (p) {
-      partition = sourceSubject(m.subject, this.link).split(".")[p.token - 1] ?? "";
-      state = this.partitionOrder.get(partition) ?? { sourceSeq: 0, destSeq: 0 };
-      this.partitionOrder.set(partition, state);
-    }
-    if (seq >= state.sourceSeq) {
-      state.sourceSeq = seq;
-      state.destSeq = m.seq;
-      return;
-    }
-    this.outOfOrder++;
-    if (this.orderExamples.length < this.limit) {
-      this.orderExamples.push({
-        id,
-        sourceSeq: seq,
-        destSeq: m.seq,
-        afterSourceSeq: state.sourceSeq,
-        afterDestSeq: state.destSeq,
-        ...(partition === undefined ? {} : { partition }),
-      });
-    }
-  }
-
-  /** The entity and version of a destination copy, read as the relay read them from its source message. */
-  private versionOf(subject: string, h: Headers, from: LinkConfig): MessageIdentity | undefined {
-    const r = identify({ subject: sourceSubject(subject, from), headers: h, streamSequence: 0 }, this.link);
-    if (!r.ok || r.identity.entity === undefined || r.identity.version === undefined) return undefined;
-    return r.identity;
-  }
-
-  /**
-   * A copy the guard applied before the examined source range, or over another link into the same
-   * stream (the guard's versions are per destination stream): its version makes older ones stale.
-   */
-  private notePriorVersion(m: JsMsg, h: Headers, rs: string, fromLink: boolean): void {
-    if (!this.link.guard?.versions) return;
-    let from: LinkConfig | undefined = this.link;
-    if (!fromLink) {
-      from = this.otherSources.get(rs.slice(0, rs.lastIndexOf(" ") + 1));
-      // A link this config does not know: its subject transform is unknown, header fields do not need it.
-      if (!from && this.headerFieldsOnly) from = this.link;
-    }
-    const identity = from ? this.versionOf(m.subject, h, from) : undefined;
-    if (identity) this.noteHeld(identity.entity!, identity.version!);
-  }
-
-  private noteHeld(entity: string, version: number): void {
-    const e = this.entities.put(entity);
-    this.ensureEntity(e);
-    if (version + 1 > this.held.data[e]!) this.held.data[e] = version + 1;
-  }
-
-  private ensureEntity(e: number): void {
-    this.entityFlags.ensure(e);
-    this.lastVersion.ensure(e);
-    this.lastSeq.ensure(e);
-    this.wentBack.ensure(e);
-    this.held.ensure(e);
-  }
-
-  /** Entity versions in destination order, over the messages this link relayed. */
-  private checkVersion(m: JsMsg, headers: Headers): void {
-    if (!this.link.guard?.versions) return;
-    const identity = this.versionOf(m.subject, headers, this.link);
-    if (!identity) return;
-    const entity = identity.entity!;
-    const version = identity.version!;
-    const e = this.entities.put(entity);
-    this.ensureEntity(e);
-    if ((this.entityFlags.data[e]! & CHECKED) === 0) {
-      this.entityFlags.data[e]! |= CHECKED;
-      this.entitiesChecked++;
-    } else if (version < this.lastVersion.data[e]!) {
-      this.backEvents++;
-      if (this.wentBack.data[e] === 0) {
-        this.wentBack.data[e] = 1;
-        this.backEntities++;
-        if (this.backExamples.length < this.limit) {
-          this.backExamples.push({
-            entity,
-            before: this.lastVersion.data[e]!,
-            after: version,
-            beforeSeq: this.lastSeq.data[e]!,
-            afterSeq: m.seq,
-          });
-        }
-      }
-    }
-    this.lastVersion.data[e] = version;
-    this.lastSeq.data[e] = m.seq;
   }
 
   onSource(m: JsMsg): void {
@@ -363,7 +216,7 @@ export class Verifier {
       }
       this.forwardable++;
       const { entity, version } = r.identity;
-      if (entity !== undefined && version !== undefined) this.noteHeld(entity, version);
+      if (entity !== undefined && version !== undefined) this.versions.noteHeld(entity, version);
       return;
     }
     if (r.ok) this.forwardable++;
@@ -374,7 +227,7 @@ export class Verifier {
         this.deadLetteredExamples.push({ id, sourceSeq: m.seq });
       return;
     }
-    if (r.ok && this.isSuperseded(r.identity, m.seq)) return;
+    if (r.ok && this.versions.isSuperseded(r.identity, m.seq)) return;
     if (m.seq > this.horizon) {
       this.notYetRelayed++;
       this.firstNotYetRelayed ??= m.seq;
@@ -389,21 +242,6 @@ export class Verifier {
     }
     this.missing++;
     if (this.missingExamples.length < this.limit) this.missingExamples.push({ id, sourceSeq: m.seq });
-  }
-
-  /** Absent, and the guard held its entity at this version or newer when the relay came to it: stale. */
-  private isSuperseded(identity: MessageIdentity, seq: number): boolean {
-    const { entity, version } = identity;
-    if (entity === undefined || version === undefined) return false;
-    const e = this.entities.get(entity);
-    if (e < 0) return false;
-    const held = this.held.data[e]! - 1;
-    if (held < version) return false;
-    this.superseded++;
-    if (this.supersededExamples.length < this.limit) {
-      this.supersededExamples.push({ id: identity.id, sourceSeq: seq, entity, version, heldVersion: held });
-    }
-    return true;
   }
 
   /** route() said no; the reason is recomputed here in route()'s order, as a count per kind. */
@@ -439,7 +277,9 @@ export class Verifier {
     const l = this.link;
     const versions = l.guard?.versions !== undefined;
     const dl = this.deadLetter;
-    const agree = this.missing === 0 && duplicated === 0 && this.outOfOrder === 0 && this.backEntities === 0;
+    const o = this.order;
+    const vc = this.versions;
+    const agree = this.missing === 0 && duplicated === 0 && o.count === 0 && vc.backEntities === 0;
     return {
       link: l.name,
       ...(this.sinceMs === undefined ? {} : { since: new Date(this.sinceMs).toISOString() }),
@@ -488,21 +328,21 @@ export class Verifier {
       },
       outOfOrder: {
         scope: l.partitions ? "partition" : "link",
-        count: this.outOfOrder,
-        examples: this.orderExamples,
+        count: o.count,
+        examples: o.examples,
       },
       ...(versions
         ? {
             backwards: {
-              count: this.backEntities,
-              events: this.backEvents,
-              entitiesChecked: this.entitiesChecked,
-              examples: this.backExamples,
+              count: vc.backEntities,
+              events: vc.backEvents,
+              entitiesChecked: vc.entitiesChecked,
+              examples: vc.backExamples,
             },
           }
         : {}),
       deadLettered: { count: this.deadLetteredCount, examples: this.deadLetteredExamples },
-      ...(versions ? { superseded: { count: this.superseded, examples: this.supersededExamples } } : {}),
+      ...(versions ? { superseded: { count: vc.superseded, examples: vc.supersededExamples } } : {}),
       notForwarded: {
         count: this.notForwarded,
         loop: this.loop,
@@ -515,13 +355,13 @@ export class Verifier {
         unexpected: {
           missing: this.missing,
           duplicated,
-          outOfOrder: this.outOfOrder,
-          versionsBackwards: this.backEntities,
+          outOfOrder: o.count,
+          versionsBackwards: vc.backEntities,
         },
         expected: {
           notYetRelayed: this.notYetRelayed,
           deadLettered: this.deadLetteredCount,
-          superseded: this.superseded,
+          superseded: vc.superseded,
           notForwarded: this.notForwarded,
           badNotConfirmed: this.unconfirmed,
         },
@@ -530,15 +370,4 @@ export class Verifier {
       elapsedMs,
     };
   }
-}
-
-/**
- * The source subject a destination subject was made from (the inverse of transformSubject), for
- * `subject-token` entity/version sources: drop `addPrefix`, put back `stripPrefix`. Assumes the source
- * subject carried `stripPrefix`, which a link with a strip prefix is normally filtered to ensure.
- */
-export function sourceSubject(subject: string, link: LinkConfig): string {
-  const { stripPrefix, addPrefix } = link.to.transform;
-  const s = addPrefix && subject.startsWith(addPrefix) ? subject.slice(addPrefix.length) : subject;
-  return stripPrefix ? `${stripPrefix}${s}` : s;
 }

@@ -1,41 +1,18 @@
 import { pino } from "pino";
-import type { Logger } from "pino";
 import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { connectRegion } from "../nats/connect.js";
 import { Progress } from "../observability/progress.js";
-import type { ProgressStream } from "../observability/progress.js";
 import type { VerifyReport } from "./report.js";
 import { incarnationOf } from "./derived-ids.js";
 import { readStream, readStreamInfo, startSeqOf, streamsCapturing } from "./stream-reader.js";
 import type { ReadOptions, ReadResult, StreamSide } from "./stream-reader.js";
 import type { JsMsg } from "@nats-io/jetstream";
+import type { DeadLetterSource, VerifyOptions } from "./types.js";
 import { Verifier } from "./verifier.js";
-import type { DeadLetterSource } from "./verifier.js";
 
-export { sourceSubject } from "./verifier.js";
-
-export interface VerifyOptions {
-  /** Only source messages stored at/after this time, and destination messages at/after it. */
-  readonly since?: Date;
-  /** Example ids kept per kind (default 20). */
-  readonly examples?: number;
-  /**
-   * With `since`, destination messages up to this much earlier still count as present (not as examined):
-   * the regions' clocks differ, and a copy can carry an earlier time than its source. Default 60 s.
-   */
-  readonly clockSlackMs?: number;
-  readonly logger?: Logger;
-  /** Give up connecting to a region after this long (default 15 s). */
-  readonly connectTimeoutMs?: number;
-  /** Passed to the stream reader: fail when a read makes no progress for this long (default 30 s). */
-  readonly idleTimeoutMs?: number;
-  /**
-   * Where to draw a progress line per phase (dead letters, destination, source): done/total, rate, ETA.
-   * Nothing is drawn unless it is a TTY; absent: no progress at all (the CLI leaves it out for `--json`).
-   */
-  readonly progress?: ProgressStream;
-}
+export { sourceSubject } from "./source-subject.js";
+export type { VerifyOptions } from "./types.js";
 
 /** The link named `name`, or a USAGE error listing the links there are. */
 export function findLink(config: RelayConfig, name: string): LinkConfig {

@@ -1,0 +1,43 @@
+/**
+ * The callers waiting in `LinkLease.acquired()` for this member to become owner: resolved with the
+ * epoch when it does, rejected when the lease stops or its loop fails, or by their own abort signal.
+ */
+
+interface Waiter {
+  resolve(epoch: number): void;
+  reject(err: unknown): void;
+}
+
+export class AcquireWaiters {
+  private readonly waiters = new Set<Waiter>();
+
+  /** A wait until `resolveAll` or `rejectAll`; rejects with `signal.reason` when `signal` aborts first. */
+  wait(signal?: AbortSignal): Promise<number> {
+    return new Promise<number>((resolve, reject) => {
+      const onAbort = () => waiter.reject(signal?.reason);
+      const settle = () => {
+        this.waiters.delete(waiter);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      const waiter: Waiter = {
+        resolve: (epoch) => (settle(), resolve(epoch)),
+        reject: (err) => (settle(), reject(err as Error)),
+      };
+      this.waiters.add(waiter);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  resolveAll(epoch: number): void {
+    for (const w of [...this.waiters]) w.resolve(epoch);
+  }
+
+  rejectAll(err: unknown): void {
+    for (const w of [...this.waiters]) w.reject(err);
+  }
+}
+
+/** What a wait rejects with when the lease stops. */
+export function stoppedError(): Error {
+  return new DOMException("lease stopped", "AbortError");
+}

@@ -1,0 +1,132 @@
+import { ErrorCodes, RelayError } from "../errors.js";
+import { entityField, hashIndex, parseDirectory } from "./layout.js";
+import { CLAIM_LUA, DECISION_CODES, VERSIONS_LUA, claimValue } from "./lua.js";
+import { fenceArg, leaseToken } from "./fence.js";
+import { distinctEntities, push } from "./redis-layout-batch.js";
+import type { Entity, Item } from "./redis-layout-batch.js";
+import type { LayoutContext } from "./redis-layout-context.js";
+import { accepted, checkFence } from "./redis-layout-fence.js";
+import { GuardScript, ScriptArgs } from "./script-call.js";
+import type { ClaimOptions, ClaimResult } from "./types.js";
+
+/**
+ * A claim in one slot group (lua.ts CLAIM): the claim keys of its ids, every live bucket's hash each
+ * id could be in, and the versions of its entities, read inline on a single Redis or, on Redis
+ * Cluster (where an entity's version lives in its own group), read first with `readVersions`.
+ */
+
+const CLAIM = new GuardScript(CLAIM_LUA);
+const VERSIONS = new GuardScript(VERSIONS_LUA);
+
+export async function claimGroup(
+  ctx: LayoutContext,
+  g: number,
+  items: readonly Item[],
+  token: string,
+  opts: ClaimOptions,
+  floors: Map<string, string> | undefined,
+): Promise<ClaimResult[]> {
+  const st = ctx.state[g]!;
+  const keys = st.keys;
+  const inline = floors === undefined;
+  const entities = distinctEntities(items);
+  for (let attempt = 1; ; attempt++) {
+    const dir =
+      items.length === 0
+        ? (st.dir ?? parseDirectory({}, 0))
+        : await ctx.directory(g, inline && entities.size > 0);
+    const buckets = dir.buckets;
+    const prefixes = buckets.map((b) => st.bucketPrefix(b));
+    let size = 512 + items.length * (keys.claimPrefix.length + 48) + entities.size * 160;
+    for (const p of items) size += p.id.length * 3;
+    for (const prefix of prefixes) size += items.length * (prefix.length + 16);
+    const args = new ScriptArgs(size, ctx.sender.frames);
+    args.sampleKey = keys.meta;
+    args.key(keys.meta).key(keys.fence(ctx.o.fence));
+    for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
+    for (const p of items) {
+      for (let b = 0; b < buckets.length; b++)
+        args.keyWithIndex(prefixes[b]!, hashIndex(p.digest, buckets[b]!.fanout));
+    }
+    if (inline) {
+      for (const e of entities.keys()) {
+        args.keyWithIndex(keys.versionPrefix, hashIndex(e.digest, dir.versionFanout ?? 1));
+        args.keyWithText(keys.legacyVersionPrefix, e.name);
+      }
+    }
+    const versioned = entities.size > 0;
+    args
+      .arg(fenceArg(leaseToken(opts)))
+      .arg(dir.version)
+      .arg(claimValue(token))
+      .arg(items.length)
+      .arg(buckets.length)
+      .arg(entities.size)
+      .arg(ctx.o.claimTtlMs)
+      .arg(opts.takeover ? "1" : "0")
+      .binaryArg(items.map((p) => p.digest).join(""))
+      .arg(
+        versioned
+          ? items.map((p) => (p.entity ? `${entities.get(p.entity)}\n${p.version}\n` : "0\n\n")).join("")
+          : "",
+      )
+      .binaryArg(inline ? [...entities.keys()].map((e) => entityField(e.digest)).join("") : "")
+      .arg(inline ? "" : [...entities.keys()].map((e) => `${floors.get(e.name) ?? ""}\n`).join(""));
+    const reply = await ctx.sender.send("claim", CLAIM, args, false);
+    checkFence(ctx.o.linkName, "claim", reply, leaseToken(opts));
+    if (ctx.directoryChanged(st, reply, attempt)) continue;
+    accepted(st, leaseToken(opts));
+    const [codes, against] = reply as [string, string];
+    const stored = against === "" ? undefined : against.split("\n");
+    return items.map((_, i) => {
+      const decision = DECISION_CODES[codes[i] ?? ""];
+      if (!decision)
+        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
+      const result: { decision: typeof decision; token?: string; storedVersion?: number } = { decision };
+      if (decision === "relay") result.token = token;
+      const version = stored?.[i];
+      if (version) result.storedVersion = Number(version);
+      return result;
+    });
+  }
+}
+
+/** Stored versions of the batch's entities, each from its own group (Redis Cluster), as raw strings. */
+export async function readVersions(ctx: LayoutContext, items: readonly Item[]): Promise<Map<string, string>> {
+  const entities = [...distinctEntities(items).keys()];
+  const byGroup = new Map<number, Entity[]>();
+  for (const e of entities) push(byGroup, e.group, e);
+  const out = new Map<string, string>();
+  const groups = new Set([...byGroup.keys(), 0]);
+  await Promise.all(
+    [...groups].map(async (g) => {
+      const st = ctx.state[g]!;
+      const own = byGroup.get(g) ?? [];
+      // Group 0 shares its slot with the previous layout: it reads every entity's old key.
+      const old = g === 0 ? entities : [];
+      const dir = own.length > 0 ? await ctx.directory(g, true) : undefined;
+      const args = new ScriptArgs(128 + (own.length + old.length) * 96, ctx.sender.frames);
+      args.sampleKey = st.keys.meta;
+      for (const e of own)
+        args.keyWithIndex(st.keys.versionPrefix, hashIndex(e.digest, dir?.versionFanout ?? 1));
+      for (const e of old) args.keyWithText(st.keys.legacyVersionPrefix, e.name);
+      args.arg(own.length).binaryArg(own.map((e) => entityField(e.digest)).join(""));
+      const [hashes, olds] = (await ctx.sender.send("version read", VERSIONS, args, false)) as [
+        string,
+        string,
+      ];
+      const h = hashes.split("\n");
+      own.forEach((e, i) => out.set(e.name, higher(out.get(e.name), h[i])));
+      const o = olds.split("\n");
+      old.forEach((e, i) => out.set(e.name, higher(out.get(e.name), o[i])));
+    }),
+  );
+  return out;
+}
+
+/** The higher of two stored versions (raw strings, "" or undefined for none). */
+function higher(a: string | undefined, b: string | undefined): string {
+  if (!a) return b ?? "";
+  if (!b) return a;
+  return Number(b) > Number(a) ? b : a;
+}
