@@ -1,0 +1,238 @@
+/**
+ * The link's message path from the source: a loop that, while this relay owns the link, places the
+ * durable cursor (ordered recovery), pulls through the window and feeds each delivery to the pipeline in
+ * source order; re-created with backoff after any trouble on the source side.
+ */
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { ConsumerMessages, JetStreamManager, JsMsg } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, toRelayError } from "../errors.js";
+import type { RelayError } from "../errors.js";
+import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { withDeadline } from "../lifecycle/deadline.js";
+import { toDelivery } from "../nats/delivery.js";
+import type { Delivery } from "../nats/delivery.js";
+import { classifyJsError } from "../nats/durable-consumer.js";
+import type { BacklogProbe } from "./backlog.js";
+import { positionCursor } from "./cursor.js";
+import { DeliveryOrder } from "./delivery-order.js";
+import type { DestinationCheck } from "./destination-check.js";
+import type { GuardWatch } from "./guard-watch.js";
+import type { LinkWatch } from "./link-watch.js";
+import type { LinkWindow } from "./link-window.js";
+import type { Ownership } from "./ownership.js";
+import type { ResyncRunner } from "./resync-runner.js";
+import type { SourceInspector } from "./source-inspector.js";
+import type { SourceStream } from "./source-stream.js";
+import type { StallStep } from "./stall-watch.js";
+
+/** Lifetime of one pull request (ms). */
+const PULL_EXPIRES_MS = 5_000;
+const IDLE_HEARTBEAT_MS = 1_000;
+
+/** What the loop needs of the pipeline. */
+export interface DeliverySink {
+  readonly size: number;
+  readonly bytes: number;
+  push(msg: Delivery): void;
+  cursorMoved(): void;
+  setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number, heldUpToSourceSeq: number): void;
+}
+
+export interface ConsumeLoopDeps {
+  readonly config: LinkConfig;
+  readonly source: NatsConnection;
+  /** JetStream domain of the source region, when it has one. */
+  readonly sourceDomain: string | undefined;
+  readonly dest: NatsConnection;
+  /** JetStream domain of the destination region, when it has one. */
+  readonly destDomain: string | undefined;
+  readonly logger: Logger;
+  /** The link stopping. */
+  readonly signal: AbortSignal;
+  /** How long to wait before asking an unverified guard again (ms). */
+  readonly pollIntervalMs: number;
+  readonly pipeline: DeliverySink;
+  readonly ownership: Pick<Ownership, "handingOver" | "handOver" | "holdLease" | "drainWhileOwned">;
+  readonly guard: Pick<GuardWatch, "ready" | "verified" | "verify">;
+  readonly sourceStream: Pick<SourceStream, "read" | "ref" | "sizes">;
+  readonly destination: Pick<DestinationCheck, "refresh">;
+  readonly window: Pick<LinkWindow, "placed" | "pullOptions" | "receive" | "holding">;
+  readonly probe: Pick<BacklogProbe, "read">;
+  readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "observeClock" | "inspect" | "highestSeen">;
+  readonly resync: Pick<ResyncRunner, "pending" | "run">;
+  readonly watch: Pick<LinkWatch, "watchConsumer">;
+  /** This relay holds the link's lease. */
+  owns(): boolean;
+  /** The link failed (final): nothing more is taken. */
+  failed(): boolean;
+  /** The link's config as its cursor is created with (the window as MaxAckPending). */
+  cursorConfig(): LinkConfig;
+  readonly events: {
+    /** The source side is in trouble (retried with backoff). */
+    trouble(err: RelayError): void;
+    /** The pull runs: no trouble on the source side. */
+    consuming(): void;
+    /** A delivery arrived: the source answers. */
+    delivering(): void;
+    fail(err: RelayError): void;
+  };
+}
+
+export class ConsumeLoop {
+  private manager: JetStreamManager | undefined;
+  private messages: ConsumerMessages | undefined;
+  private deliveries = 0;
+  private readonly order: DeliveryOrder;
+
+  constructor(private readonly deps: ConsumeLoopDeps) {
+    this.order = new DeliveryOrder({ logger: deps.logger, highestSeen: () => deps.inspector.highestSeen, stopPulling: () => this.stopPulling() });
+  }
+
+  /** The source's JetStream manager, once the loop has one. */
+  get jsm(): JetStreamManager | undefined {
+    return this.manager;
+  }
+
+  /** A pull was started (at some point: it may have stopped since). */
+  get pulled(): boolean {
+    return this.messages !== undefined;
+  }
+
+  /** Deliveries received (progress for the stall watch). */
+  get delivered(): number {
+    return this.deliveries;
+  }
+
+  /** Stops the current pull: the loop acts on whatever asked for it before it pulls again. */
+  stopPulling(): void {
+    this.messages?.stop();
+  }
+
+  async run(): Promise<void> {
+    const { config, source, signal, ownership, guard, pipeline, window, inspector, resync, events } = this.deps;
+    const backoff = new Backoff(250, 5_000);
+    const domain = this.deps.sourceDomain;
+    const js = jetstream(source, domain ? { domain } : {});
+    await guard.ready;
+    while (!signal.aborted && !this.deps.failed()) {
+      if (ownership.handingOver) await ownership.handOver();
+      if (!(await ownership.holdLease())) return;
+      try {
+        this.manager ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
+        await this.deps.sourceStream.read(this.manager);
+        if (!guard.verified) {
+          // Not a message moves before the guard's memory is known to be there (or a loss accepted).
+          await guard.verify("start");
+          if (!guard.verified) {
+            await sleep(this.deps.pollIntervalMs, signal);
+            continue;
+          }
+        }
+        await this.deps.destination.refresh();
+        if (this.deps.failed() || signal.aborted) return;
+        // Whatever the pipeline holds is finished before the cursor is placed, however long that takes
+        // (nothing else can move meanwhile): only an empty pipeline can tell which of the consumer's
+        // ack-pending messages nobody holds any more — deliveries dropped when the pull stopped, lost
+        // on the wire, or taken by an ex-owner's late pull. The server would redeliver those after
+        // their ack wait, behind newer messages; placing the cursor with nothing held moves it back
+        // to the ack floor instead, so they go first (ordered recovery).
+        if (pipeline.size > 0 && !(await ownership.drainWhileOwned())) continue;
+        // The last cumulative ack is at the server before the consumer's ack-pending count is read.
+        await withDeadline(source.flush(), config.publishTimeoutMs, "source flush", signal);
+        // The cursor carries the window as its MaxAckPending (nothing is held now: no byte bound).
+        window.placed(this.deps.sourceStream.sizes());
+        const position = await positionCursor(
+          { link: this.deps.cursorConfig(), jsm: this.manager, dest: this.deps.dest, logger: this.deps.logger, signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
+          this.deps.sourceStream.ref(),
+          true,
+        );
+        if (position.created || position.repositioned) pipeline.cursorMoved();
+        // The next delivery must be the one after what the consumer has delivered (1 for a new or
+        // moved cursor): anything later means deliveries went elsewhere, and they go first.
+        this.order.placed(position.info.delivered.consumer_seq);
+        if (position.repositioned) pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
+        inspector.placed({ startSeq: position.startSeq, created: position.created, deliveredStreamSeq: position.info.delivered.stream_seq });
+        // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
+        // (A consumer created from the start of the stream has no cursor to compare yet.)
+        if (!position.created || position.startSeq !== undefined) {
+          const reading = await this.deps.probe.read();
+          inspector.observeClock(reading.clockOffsetMs);
+          inspector.inspect(reading);
+        }
+        // A resync the lease's loss cut short moved nothing: back to waiting for the lease.
+        const pendingResync = resync.pending;
+        if (pendingResync && !(await resync.run(pendingResync))) continue;
+        if (this.deps.failed() || signal.aborted) return;
+        const consumer = await js.consumers.get(config.from.stream, config.durableName);
+        if (signal.aborted) return;
+        if (ownership.handingOver) continue; // placement moved the link meanwhile
+        const messages = await consumer.consume({
+          ...window.pullOptions(),
+          // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
+          // that died is replaced within seconds, not the client's default 30 s.
+          expires: PULL_EXPIRES_MS,
+          // A heartbeat a second while no message comes: two missed and the link says `stalled`
+          // within seconds of a silent path (the connection's PINGs then leave it).
+          idle_heartbeat: IDLE_HEARTBEAT_MS,
+          callback: (m: JsMsg) => this.onMessage(m),
+        });
+        this.messages = messages;
+        backoff.reset();
+        events.consuming();
+        this.deps.watch.watchConsumer(messages).catch((err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message }, "consumer status watcher ended"));
+        await messages.closed();
+      } catch (err) {
+        if (signal.aborted) return;
+        const relayErr = classifyJsError(err, `link ${config.name}: source ${config.from.region}/${config.from.stream}`);
+        if (relayErr.code === ErrorCodes.CONFIG_INVALID) throw relayErr;
+        events.trouble(relayErr);
+        await sleep(backoff.next(), signal);
+      }
+    }
+  }
+
+  /** One healing step for a stalled link (stall-watch.ts decides which and when). */
+  async heal(step: StallStep): Promise<void> {
+    const { config } = this.deps;
+    if (step === "pull") {
+      this.messages?.stop(); // the consume loop pulls again
+      return;
+    }
+    if (step === "consumer") {
+      // Deleted, the loop places a new cursor from what the destination holds (ordered recovery).
+      const jsm = this.manager;
+      if (!jsm) return;
+      await jsm.consumers.delete(config.from.stream, config.durableName);
+      this.messages?.stop();
+      return;
+    }
+    await this.deps.source.reconnect();
+  }
+
+  private onMessage(m: JsMsg): void {
+    if (!this.deps.owns()) {
+      // An ex-owner's pull (a process woken from a pause before its lease timer fired): it takes
+      // nothing. The delivery stays ack-pending at the source; the owner sees the gap in the
+      // consumer's sequence and moves the cursor back, so it goes first.
+      this.messages?.stop();
+      return;
+    }
+    if (this.deps.failed()) return; // halted (a gap, onGap halt): nothing after it is taken
+    this.deliveries++;
+    this.deps.events.delivering();
+    const { pipeline, window } = this.deps;
+    try {
+      const delivery = toDelivery(m);
+      if (this.order.deliveriesLost(delivery)) return;
+      if (!this.deps.inspector.delivered(delivery.streamSequence, delivery.deliveryCount === 1)) return;
+      pipeline.push(delivery);
+      window.receive(m.data.length);
+      window.holding(pipeline.size, pipeline.bytes);
+    } catch (err) {
+      this.deps.events.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
+    }
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * The link's watch over what the source lost before it was relayed (DESIGN §4): retention gaps found by
+ * a reading or in the deliveries, reported (never in silence) with the link's `onGap` policy applied; a
+ * backlog older than `maxReplayAge`; and the relay's clock against the source region's.
+ */
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, RelayError } from "../errors.js";
+import type { RelayMetrics } from "../observability/metrics.js";
+import type { BacklogReading } from "./backlog.js";
+import { GapDetector } from "./gap.js";
+import type { Gap } from "./gap.js";
+import type { LinkResyncReason } from "./link-status.js";
+
+export interface SourceInspectorDeps {
+  readonly config: LinkConfig;
+  readonly metrics: Pick<RelayMetrics, "gapMessages" | "sourceClockOffset">;
+  readonly logger: Logger;
+  /** The link halts (a gap under `onGap: halt`). */
+  fail(err: RelayError): void;
+  requestResync(reason: LinkResyncReason): void;
+}
+
+export class SourceInspector {
+  private gapDetector: GapDetector;
+  private readonly found: Gap[] = [];
+  private highest = 0;
+  /** The clock offset last warned about (ms), while it is 2 s or more. */
+  private clockOffsetLogged: number | undefined;
+
+  constructor(private readonly deps: SourceInspectorDeps) {
+    this.gapDetector = this.newDetector();
+  }
+
+  /** The highest source sequence the link has seen in this process (0 if none). */
+  get highestSeen(): number {
+    return this.highest;
+  }
+
+  /** Lost source ranges reported so far (the last 10). */
+  get gaps(): readonly Gap[] {
+    return this.found;
+  }
+
+  /**
+   * The cursor was placed: a new or moved one starts at `startSeq`; otherwise the consumer's next first
+   * delivery follows what it delivered (`deliveredStreamSeq`), unknown for a consumer just created from
+   * the start of the stream.
+   */
+  placed(position: { readonly startSeq?: number; readonly created: boolean; readonly deliveredStreamSeq: number }): void {
+    if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);
+    // Where the next first delivery follows: holes the consumer jumps over from there are gaps.
+    this.gapDetector.placed(position.startSeq !== undefined ? position.startSeq - 1 : position.created ? undefined : position.deliveredStreamSeq);
+  }
+
+  /**
+   * A delivery the link is about to take: a hole the consumer jumped over is a gap. False when the link
+   * halts on it: then neither this delivery nor anything after the gap is taken.
+   */
+  delivered(streamSequence: number, firstDelivery: boolean): boolean {
+    const gap = this.gapDetector.delivered(streamSequence, firstDelivery);
+    if (gap && !this.gapFound(gap)) return false;
+    if (streamSequence > this.highest) this.highest = streamSequence;
+    return true;
+  }
+
+  /** The source stream was recreated: a new incarnation starts at seq 1, and gap tracking starts over. */
+  recreated(): void {
+    this.highest = 0;
+    this.gapDetector = this.newDetector();
+  }
+
+  /** A resync finished at `snapshotSeq`: nothing before it can be a gap. */
+  resynced(snapshotSeq: number): void {
+    this.gapDetector.skipTo(snapshotSeq);
+    this.highest = Math.max(this.highest, snapshotSeq);
+  }
+
+  /**
+   * Reads the cursor against the source: reports a retention gap (never in silence) and applies the
+   * link's `onGap` policy; a backlog older than `maxReplayAge` takes the resync path too.
+   */
+  inspect(reading: BacklogReading): void {
+    const { config } = this.deps;
+    const gap = this.gapDetector.check({ ...reading, highestSeen: this.highest });
+    if (gap && !this.gapFound(gap)) return;
+    const maxAge = config.maxReplayAgeMs;
+    if (maxAge !== undefined && reading.ageSeconds * 1000 > maxAge && reading.pending > 0) {
+      this.deps.logger.warn({ backlogAgeSeconds: reading.ageSeconds, maxReplayAgeMs: maxAge }, "backlog older than maxReplayAge: resyncing instead of replaying");
+      this.deps.requestResync("max_replay_age");
+    }
+  }
+
+  /** The relay's clock against the source region's (measured by the backlog probe): a gauge, and a warning when it is off by 2 s or more. */
+  observeClock(offsetMs: number | undefined): void {
+    if (offsetMs === undefined) return;
+    this.deps.metrics.sourceClockOffset.set({ link: this.deps.config.name }, offsetMs / 1000);
+    const off = Math.abs(offsetMs) >= 2_000;
+    if (off && (this.clockOffsetLogged === undefined || Math.abs(offsetMs - this.clockOffsetLogged) >= 1_000)) {
+      this.clockOffsetLogged = offsetMs;
+      this.deps.logger.warn(
+        { clockOffsetSeconds: offsetMs / 1000, sourceRegion: this.deps.config.from.region },
+        `this relay's clock is ${Math.abs(offsetMs / 1000).toFixed(1)} s ${offsetMs > 0 ? "ahead of" : "behind"} the source region's: backlog ages and maxReplayAge are measured on the source's clock`,
+      );
+    } else if (!off) this.clockOffsetLogged = undefined;
+  }
+
+  /**
+   * A lost range, found by a reading or in the deliveries: reported (never in silence) and the link's
+   * `onGap` policy applied. False when the link halts: then nothing after the gap is taken.
+   */
+  private gapFound(gap: Gap): boolean {
+    const { config } = this.deps;
+    this.found.push(gap);
+    if (this.found.length > 10) this.found.shift();
+    this.deps.metrics.gapMessages.inc({ link: config.name }, gap.count);
+    this.deps.logger.warn(
+      { fromSeq: gap.fromSeq, toSeq: gap.toSeq, count: gap.count, exact: gap.exact, policy: config.onGap },
+      `the source deleted ${gap.exact ? "" : "up to "}${gap.count} messages the link had not relayed (source seq ${gap.fromSeq}-${gap.toSeq}; retention, or a delete or purge)`,
+    );
+    if (config.onGap === "halt") {
+      this.deps.fail(new RelayError(ErrorCodes.SOURCE_GAP, `source seq ${gap.fromSeq}-${gap.toSeq} (${gap.count} messages) deleted before they were relayed; onGap is halt`));
+      return false;
+    }
+    if (config.onGap === "resync") this.deps.requestResync("gap");
+    return true;
+  }
+
+  private newDetector(): GapDetector {
+    return new GapDetector(this.deps.config.from.filterSubject !== undefined);
+  }
+}
