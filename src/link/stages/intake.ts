@@ -1,0 +1,107 @@
+/**
+ * The first stage: a delivery's identity and screening. A redelivery of a message already finished is
+ * acked again; a loop or a redundant route is acked and counted, never published; a message without a
+ * usable identity goes to the bad-message policy; every other message becomes an entry for the claim.
+ */
+import type { Logger } from "pino";
+import type { LinkConfig } from "../../config/types.js";
+import { directRoutesFor } from "../../config/routes.js";
+import type { Delivery } from "../../nats/delivery.js";
+import { RelayHeaders } from "../../protocol/headers.js";
+import type { DestinationLedger } from "../destination-ledger.js";
+import type { Entry, EntryContext } from "../entry.js";
+import { entryContext, newEntry } from "../entry.js";
+import { identify, route } from "../identity.js";
+import type { DeadLetters } from "./dead-letter.js";
+import type { SourceAckStage } from "./source-ack.js";
+import type { Tally } from "./tally.js";
+
+export interface IntakeNeeds {
+  readonly link: LinkConfig;
+  readonly links: readonly LinkConfig[];
+  readonly owns: () => boolean;
+  readonly logger: Logger;
+  readonly ledger: Pick<DestinationLedger, "finishedAt">;
+  readonly tally: Pick<Tally, "count" | "correct" | "debugOn" | "debug">;
+  readonly deadLetters: Pick<DeadLetters, "badMessage">;
+  readonly sourceAck: Pick<SourceAckStage, "ack">;
+}
+
+export class Intake {
+  private readonly entryContext: EntryContext;
+  private readonly directRoutes: ReadonlySet<string>;
+  /** The source stream's creation time (ms): part of derived ids. */
+  private incarnation: number | undefined;
+  /** The highest source sequence counted as a loop: a loop at or below it is a redelivery. */
+  private highestLoopCounted = 0;
+
+  constructor(private readonly needs: IntakeNeeds) {
+    this.entryContext = entryContext(needs.link);
+    this.directRoutes = directRoutesFor(needs.link, needs.links);
+  }
+
+  /**
+   * The source stream's creation time (ms). True when it is another stream than before (a recreated
+   * stream restarts at seq 1: what the pipeline remembers by sequence is about the old one).
+   */
+  setIncarnation(createdMs: number | undefined): boolean {
+    const changed = createdMs !== this.incarnation;
+    if (changed) this.highestLoopCounted = 0;
+    this.incarnation = createdMs;
+    return changed;
+  }
+
+  /**
+   * The entry for a delivery the pipeline does not hold, or undefined when it was finished here (a
+   * redelivery of a finished message, a loop, a redundant route; or fenced: left for the next owner).
+   * `snapshot`: the resync id, when it comes from a resync pass.
+   */
+  admit(msg: Delivery, snapshot?: string): Entry | undefined {
+    const { link, tally } = this.needs;
+    const seq = msg.streamSequence;
+    if (snapshot === undefined && this.redeliveredAfterDone(msg)) return undefined;
+    const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, link, this.incarnation);
+    if (!result.ok) {
+      return this.needs.deadLetters.badMessage(newEntry(msg, { id: result.id, origin: link.from.region, path: [] }, this.entryContext), result.reason);
+    }
+    const decision = route(result.identity, link, this.directRoutes);
+    if (!decision.forward) {
+      if (tally.debugOn) tally.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
+      if (!this.needs.owns()) return undefined; // fenced: the next owner acks it
+      this.needs.sourceAck.ack(seq, msg.reply, msg.consumerSequence);
+      // Messages, not deliveries: a loop redelivered because its ack was lost is acked again, not counted
+      // again — whatever its delivery count says (a source server restarted from disk can have lost the
+      // acks and deliver them again as first deliveries). The consumer delivers in stream order.
+      if (seq > this.highestLoopCounted) {
+        this.highestLoopCounted = seq;
+        tally.count("loop");
+      }
+      return undefined;
+    }
+    const entry = newEntry(msg, result.identity, this.entryContext);
+    if (snapshot !== undefined) {
+      entry.headers.append(RelayHeaders.Snapshot, snapshot);
+      entry.dseq = Number.MAX_SAFE_INTEGER; // a resync pass's own numbering: it holds back no ack of the durable's
+    }
+    return entry;
+  }
+
+  /**
+   * A redelivery of a message this pipeline already finished (its ack was lost: a source stream leader
+   * failover, a reconnect): acked again, never published again, however long after its first copy.
+   * Whatever its delivery count says: a consumer leader that died before its followers learnt what it
+   * had delivered leaves a new leader that delivers those messages again as first deliveries (delivery
+   * count 1, consumer sequences going back).
+   */
+  private redeliveredAfterDone(msg: Delivery): boolean {
+    const destSeq = this.needs.ledger.finishedAt(msg.streamSequence);
+    if (destSeq === undefined || !this.needs.owns()) return false;
+    this.needs.sourceAck.ack(msg.streamSequence, msg.reply, msg.consumerSequence);
+    if (destSeq > 0) {
+      this.needs.tally.count("duplicate");
+      this.needs.tally.correct("broker_duplicate");
+      if (this.needs.tally.debugOn) this.needs.logger.debug({ decision: "redelivered_after_done", seq: msg.streamSequence, destSeq }, "decision");
+    }
+    return true;
+  }
+}
