@@ -38,7 +38,10 @@ test("a consumer that delivers nothing while messages wait is stalled and healed
   })();
   taking.catch(() => undefined);
   const { relay } = await startRelay(t, yaml, "b");
-  await check(() => ["catching-up", "live"].includes(relay.status().links[0]?.state ?? ""), { name: "the link consumes", timeoutMs: 20_000 });
+  // Pulling: its own pull request waits behind the foreign one. (Its state says catching-up as soon as
+  // it owns the link, before its cursor is placed: a message published then would be taken by the
+  // foreign pull before the relay looks, and ordered recovery would re-create the consumer under it.)
+  await check(async () => (await jsm.consumers.info(r.src, link.durableName)).num_waiting >= 2, { name: "the link pulls, behind the foreign pull", timeoutMs: 20_000 });
   const started = Date.now();
   await publishIds(r.nca, r.src, "m", MESSAGES);
   await check(() => stolen.length === WINDOW, { name: "the foreign pull holds the whole window", timeoutMs: 10_000 });
