@@ -39,6 +39,16 @@ async function setup(t: HasAfter, guard = "", leaseMs = LEASE_MS) {
   return { ...r, config };
 }
 
+/** Two regions with two source/destination stream pairs (for two links): `r.src`→`r.dst` and `src2`→`dst2`. */
+async function twoStreamPairs(t: HasAfter) {
+  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
+  const src2 = `${r.src}_2`;
+  const dst2 = `${r.dst}_2`;
+  await createStream(r.nca, { name: src2, subjects: [`${src2}.>`] });
+  await createStream(r.ncb, { name: dst2, subjects: [`${src2}.>`], duplicateWindowMs: DUP_WINDOW_MS });
+  return { r, src2, dst2 };
+}
+
 interface Member {
   readonly process: RelayProcess;
   readonly url: string;
@@ -289,11 +299,7 @@ test("the owner's connection to its own region is cut: it is fenced within the l
 });
 
 test("a handover waiting on a full destination meets a lost lease: the old owner stands by at once and the new owner relays; every id once, in order", async (t) => {
-  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
-  const src2 = `${r.src}_2`;
-  const dst2 = `${r.dst}_2`;
-  await createStream(r.nca, { name: src2, subjects: [`${src2}.>`] });
-  await createStream(r.ncb, { name: dst2, subjects: [`${src2}.>`], duplicateWindowMs: DUP_WINDOW_MS });
+  const { r, src2, dst2 } = await twoStreamPairs(t);
   const pairs = [
     { link: "one", src: r.src, dst: r.dst },
     { link: "two", src: src2, dst: dst2 },
@@ -355,11 +361,7 @@ test("a handover waiting on a full destination meets a lost lease: the old owner
 });
 
 test("rolling restart of every member of a group with 2 links under load: every id once and in order per link, no link idle for 5 s", async (t) => {
-  const r = await twoRegions(t, { dstDuplicateWindowMs: DUP_WINDOW_MS });
-  const src2 = `${r.src}_2`;
-  const dst2 = `${r.dst}_2`;
-  await createStream(r.nca, { name: src2, subjects: [`${src2}.>`] });
-  await createStream(r.ncb, { name: dst2, subjects: [`${src2}.>`], duplicateWindowMs: DUP_WINDOW_MS });
+  const { r, src2, dst2 } = await twoStreamPairs(t);
   const config = await writeConfig(
     linkYaml({
       regions: { a: [r.a.url], b: [r.b.url] },
