@@ -48,8 +48,9 @@ export class PumpScheduler implements Scheduler {
     }, Math.max(0, until - Date.now()));
   }
 
-  /** Stops the deadline timer (the pipeline is abandoned). */
+  /** Stops the deadline timer (the pipeline is abandoned); a later deadline arms a new one. */
   cancel(): void {
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
   }
 }
