@@ -1,13 +1,17 @@
 import { test } from "node:test";
+import assert from "node:assert/strict";
 import { PumpScheduler } from "../../src/link/stages/scheduler.js";
 import { check } from "../helpers/check.js";
 
 test("pump scheduler: a deadline asked for after cancel() arms a timer of its own (a backoff after an abandoned pipeline wakes it)", async () => {
   let pumps = 0;
   const s = new PumpScheduler(() => pumps++, () => 1);
-  s.scheduleAt(Date.now() + 60_000); // a far deadline, then the pipeline is abandoned
+  const from = Date.now();
+  s.scheduleAt(from + 10); // a deadline, then the pipeline is abandoned before it fires
   s.cancel();
-  s.scheduleAt(Date.now() + 20);
+  s.scheduleAt(from + 50); // later than the cancelled one: it must not count as armed
+  await check(() => Date.now() > from + 30, { name: "past the cancelled deadline", timeoutMs: 1_000, intervalMs: 5 });
+  assert.equal(pumps, 0, "the cancelled deadline did not pump");
   await check(() => pumps === 1, { name: "the pump ran at the new deadline", timeoutMs: 2_000, intervalMs: 10 });
 });
 
