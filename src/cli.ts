@@ -25,6 +25,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: "compare both sides of a link by id: missing, duplicated, out of order, and what is expected",
     load: async () => (await import("./cli/verify-command.js")).verifyCommand,
   },
+  repair: {
+    summary: "publish into the destination the messages verify finds missing (Relay-Repair: true, after later ones)",
+    load: async () => (await import("./cli/repair-command.js")).repairCommand,
+  },
   guard: {
     summary: "status|resume: the guard's scope markers; resume a link paused with GUARD_STATE_LOST",
     load: async () => (await import("./cli/guard-command.js")).guardCommand,

@@ -119,7 +119,7 @@ end
  *   then, when inline, 2 per entity: its version hash, its previous-layout version key
  *   ARGV[1]   epoch or ""     ARGV[2]  directory version the keys were built from
  *   ARGV[3]   "c:<token>"     ARGV[4]  n     ARGV[5]  S     ARGV[6]  m (entities)
- *   ARGV[7]   claim TTL (ms)  ARGV[8]  "1": take over claims of other tokens
+ *   ARGV[7]   claim TTL (ms)  ARGV[8]  "1": take over claims of other tokens; "r": repair (see below)
  *   ARGV[9]   digests, 16 bytes per item
  *   ARGV[10]  per item "<entity index 1..m, 0 = none>\n<version>\n", or "" when no item has one
  *   ARGV[11]  inline: the entities' fields, 8 bytes each
@@ -141,6 +141,8 @@ end
  *     expires, calling it duplicate would ack a message that was never published.
  * An item without a version tries `SET NX` once it is not in a bucket: when the id is new (the common
  * case) that is the whole check; otherwise the claim key is read and 2, 4 and 5 apply as above.
+ * Repair (`jetstream-relay repair`, ids read as missing in the destination): 2 is skipped (a committed
+ * id is claimed again) and 3 is `version < ...` (an equal version is the message that set it).
  * Earlier relay/in-flight items raise the batch's per-entity maximum: publishing 81 after an 82 that
  * is being published would reorder the entity at the destination.
  */
@@ -154,6 +156,7 @@ local S = tonumber(ARGV[5])
 local m = tonumber(ARGV[6])
 local ttl = ARGV[7]
 local takeover = ARGV[8] == '1'
+local repair = ARGV[8] == 'r'
 local digests = ARGV[9]
 local items = ARGV[10]
 local efields = ARGV[11]
@@ -204,6 +207,7 @@ for i = 1, n do
     seen[d] = true
     local k = bBase + (i - 1) * S
     for s = 1, S do
+      if repair then break end
       if redis.call('HEXISTS', KEYS[k + s], d) == 1 then
         decision = 'd'
         break
@@ -214,6 +218,7 @@ for i = 1, n do
         decision = 'r' -- the common case: the buckets and one SET NX
       else
         local cur = redis.call('GET', claimKey)
+        if cur == 'd' and repair then cur = false end
         if cur == 'd' then
           decision = 'd'
         else
@@ -225,7 +230,7 @@ for i = 1, n do
               st = b[2]
               anyAgainst = true
             end
-            if b and v <= b[1] then
+            if b and (v < b[1] or (v == b[1] and not repair)) then
               decision = 's'
               if cur == claim then redis.call('DEL', claimKey) end
             end

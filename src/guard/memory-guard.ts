@@ -113,11 +113,12 @@ export class MemoryGuard implements Guard {
         continue;
       }
       seen.add(key);
-      const cur = this.store.get(key);
-      if (cur === DONE_VALUE) {
+      const stored = this.store.get(key);
+      if (stored === DONE_VALUE && !opts.repair) {
         results.push({ decision: "duplicate" });
         continue;
       }
+      const cur = stored === DONE_VALUE ? undefined : stored; // repair: a committed id is claimed again
       const v = versionOf(item);
       let against: number | undefined;
       if (v) {
@@ -128,7 +129,7 @@ export class MemoryGuard implements Guard {
           best.set(v.entity, b);
         }
         against = b?.version;
-        if (b && v.version <= b.version) {
+        if (b && (v.version < b.version || (v.version === b.version && !opts.repair))) {
           if (cur === mine) this.store.delete(key);
           results.push({ decision: "stale", storedVersion: b.version });
           continue;

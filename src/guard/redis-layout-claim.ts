@@ -63,7 +63,7 @@ export async function claimGroup(
       .arg(buckets.length)
       .arg(entities.size)
       .arg(ctx.o.claimTtlMs)
-      .arg(opts.takeover ? "1" : "0")
+      .arg(opts.repair ? "r" : opts.takeover ? "1" : "0")
       .binaryArg(items.map((p) => p.digest).join(""))
       .arg(
         versioned

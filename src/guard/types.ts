@@ -36,6 +36,13 @@ export interface ClaimOptions {
    * would wait for the dead owner's claims to expire, and newer messages could not pass them.
    */
   readonly takeover?: boolean;
+  /**
+   * `jetstream-relay repair`: the caller read the destination and found these ids missing, so an id the
+   * guard remembers as committed is claimed again (the destination lost it), and a version equal to the
+   * entity's stored one is not stale (it is the message that set it). A stored version newer than the
+   * item's is still stale: putting it back would move the entity backwards.
+   */
+  readonly repair?: boolean;
   /** The caller's lease epoch: refused (LEASE_FENCED) when the guard has seen a newer one for the link. */
   readonly epoch?: number;
   /**

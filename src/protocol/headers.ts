@@ -19,6 +19,11 @@ export const RelayHeaders = {
   Link: "Relay-Link",
   /** Set on messages sent by a full resync: the resync's id. */
   Snapshot: "Relay-Snapshot",
+  /**
+   * `true` on messages `jetstream-relay repair` put back into the destination: appended after later
+   * messages (out of source order), a late correction.
+   */
+  Repair: "Relay-Repair",
   /** On dead-lettered messages: why, and which link. */
   DeadLetterReason: "Relay-Dead-Letter-Reason",
   DeadLetterLink: "Relay-Dead-Letter-Link",

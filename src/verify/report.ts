@@ -55,6 +55,11 @@ export interface VerifyReport {
     /** Examined messages whose Relay-Source names this link's source region and stream. */
     readonly fromLink: number;
     /**
+     * Of those, copies `jetstream-relay repair` put back (`Relay-Repair`): present like any copy, but
+     * appended after later messages, so left out of the order check. Absent when there are none.
+     */
+    readonly repaired?: number;
+    /**
      * Highest source sequence named by a Relay-Source of this link: the relayed horizon (0 = none). Markers
      * whose Relay-Source-Time is earlier than the source's incarnation (a recreated source) are left out.
      */
@@ -266,7 +271,9 @@ export function formatReport(r: VerifyReport): string {
       (s.badButPresent > 0
         ? `, ${n(s.badButPresent)} bad under the current config but held by the destination (relayed before the config changed: present, not bad)`
         : ""),
-    `destination ${d.region}/${d.stream}: ${n(d.examined)} examined, ${n(d.fromLink)} relayed over this link, ` +
+    `destination ${d.region}/${d.stream}: ${n(d.examined)} examined, ${n(d.fromLink)} relayed over this link` +
+      (d.repaired ? ` (${n(d.repaired)} put back by repair: present, not order-checked)` : "") +
+      ", " +
       `last Relay-Source seq ${d.lastRelayedSourceSeq}` +
       (d.legacyIds > 0
         ? `, ${n(d.legacyIds)} with ids derived before incarnations (counted under their current form)`

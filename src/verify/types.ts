@@ -28,6 +28,11 @@ export interface VerifyOptions {
    * Nothing is drawn unless it is a TTY; absent: no progress at all (the CLI leaves it out for `--json`).
    */
   readonly progress?: ProgressStream;
+  /**
+   * Told of every missing source message as the last pass finds it, in source order (the report keeps
+   * only examples): `jetstream-relay repair` puts these back.
+   */
+  readonly onMissing?: (missing: { readonly id: string; readonly sourceSeq: number }) => void;
 }
 
 /** Where the dead-letter records of the link are read from, as verifySides found out. */

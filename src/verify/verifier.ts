@@ -51,6 +51,7 @@ export class Verifier {
   private readonly sinceMs: number | undefined;
   private readonly presenceFromMs: number;
   private readonly sourceStartSeq: number;
+  private readonly onMissing: VerifyOptions["onMissing"];
   private readonly directRoutes: ReadonlySet<string>;
   private readonly sourcePrefix: string;
   private readonly sourceIds: SourceIds;
@@ -74,6 +75,7 @@ export class Verifier {
   private horizon = 0;
   private destExamined = 0;
   private destFromLink = 0;
+  private destRepaired = 0;
   private deadLetterRecords = 0;
   private sourceExamined = 0;
   private forwardable = 0;
@@ -100,6 +102,7 @@ export class Verifier {
     this.sinceMs = opts.since?.getTime();
     this.presenceFromMs = setup.presenceFromMs ?? -Infinity;
     this.sourceStartSeq = setup.sourceStartSeq ?? 1;
+    this.onMissing = opts.onMissing;
     this.directRoutes = directRoutesFor(link, links);
     this.sourcePrefix = `${link.from.region} ${link.from.stream} `;
     this.sourceIds = new SourceIds(link.from.region, link.from.stream, setup.incarnation);
@@ -174,7 +177,10 @@ export class Verifier {
       this.destFromLink++;
       this.flags.data[e]! |= FROM_LINK;
       this.versions.checkVersion(m, h);
-      if (first && !older && seq > 0 && (h?.get(RelayHeaders.Snapshot) ?? "") === "")
+      // Copies `repair` put back were appended after later messages by design: not an order break.
+      const repaired = (h?.get(RelayHeaders.Repair) ?? "") !== "";
+      if (repaired) this.destRepaired++;
+      if (first && !older && seq > 0 && !repaired && (h?.get(RelayHeaders.Snapshot) ?? "") === "")
         this.order.check(m, id, seq);
     }
     if (count < 2) return;
@@ -242,6 +248,7 @@ export class Verifier {
     }
     this.missing++;
     if (this.missingExamples.length < this.limit) this.missingExamples.push({ id, sourceSeq: m.seq });
+    this.onMissing?.({ id, sourceSeq: m.seq });
   }
 
   /** route() said no; the reason is recomputed here in route()'s order, as a count per kind. */
@@ -303,6 +310,7 @@ export class Verifier {
         streamLastSeq: dest.state.last_seq,
         examined: this.destExamined,
         fromLink: this.destFromLink,
+        ...(this.destRepaired > 0 ? { repaired: this.destRepaired } : {}),
         lastRelayedSourceSeq: this.horizon,
         distinctIds: this.ids.size,
         legacyIds: this.sourceIds.legacyIds,

@@ -14,12 +14,16 @@ import { Verifier } from "./verifier.js";
 export { sourceSubject } from "./source-subject.js";
 export type { VerifyOptions } from "./types.js";
 
-/** The link named `name`, or a USAGE error listing the links there are. */
-export function findLink(config: RelayConfig, name: string): LinkConfig {
+/**
+ * The link named `name`, or a USAGE error listing the links there are (`command` names the command,
+ * `path` the config file, in the message).
+ */
+export function findLink(config: RelayConfig, name: string, command = "verify", path?: string): LinkConfig {
   const link = config.links.find((l) => l.name === name);
   if (link) return link;
   const known = config.links.map((l) => l.name).join(", ");
-  throw new RelayError(ErrorCodes.USAGE, `verify: unknown link "${name}" (links in the config: ${known})`);
+  const where = path === undefined ? "" : ` in ${path}`;
+  throw new RelayError(ErrorCodes.USAGE, `${command}: unknown link "${name}"${where} (links in the config: ${known})`);
 }
 
 /** Connects to both regions of the link (auth, TLS and domain from the config), verifies, disconnects. */
@@ -29,37 +33,46 @@ export async function verifyLink(
   opts: VerifyOptions = {},
 ): Promise<VerifyReport> {
   const link = findLink(config, linkName);
+  return withLinkSides(config, link, opts, (sides) => verifySides(link, config.links, sides, opts));
+}
+
+/**
+ * Connects to both regions of the link as the relay does (servers, auth, TLS, JetStream domain), runs
+ * `fn` over the two stream sides, and disconnects.
+ */
+export async function withLinkSides<T>(
+  config: RelayConfig,
+  link: LinkConfig,
+  opts: Pick<VerifyOptions, "logger" | "connectTimeoutMs"> & { readonly command?: string },
+  fn: (sides: { readonly source: StreamSide; readonly dest: StreamSide }) => Promise<T>,
+): Promise<T> {
+  const command = opts.command ?? "verify";
   const from = config.regions.get(link.from.region);
   const to = config.regions.get(link.to.region);
   if (!from || !to) throw new RelayError(ErrorCodes.CONFIG_INVALID, `link ${link.name}: unknown region`);
   const logger = opts.logger ?? pino({ level: "silent" });
   const connect = { logger, firstConnectTimeoutMs: opts.connectTimeoutMs ?? 15_000 };
   const [source, dest] = await Promise.allSettled([
-    connectRegion(from, { ...connect, name: `jetstream-relay/verify/${link.name}/source` }),
-    connectRegion(to, { ...connect, name: `jetstream-relay/verify/${link.name}/destination` }),
+    connectRegion(from, { ...connect, name: `jetstream-relay/${command}/${link.name}/source` }),
+    connectRegion(to, { ...connect, name: `jetstream-relay/${command}/${link.name}/destination` }),
   ]);
   try {
     if (source.status === "rejected") throw source.reason;
     if (dest.status === "rejected") throw dest.reason;
-    return await verifySides(
-      link,
-      config.links,
-      {
-        source: {
-          nc: source.value,
-          region: from.name,
-          stream: link.from.stream,
-          ...(from.domain ? { domain: from.domain } : {}),
-        },
-        dest: {
-          nc: dest.value,
-          region: to.name,
-          stream: link.to.stream,
-          ...(to.domain ? { domain: to.domain } : {}),
-        },
+    return await fn({
+      source: {
+        nc: source.value,
+        region: from.name,
+        stream: link.from.stream,
+        ...(from.domain ? { domain: from.domain } : {}),
       },
-      opts,
-    );
+      dest: {
+        nc: dest.value,
+        region: to.name,
+        stream: link.to.stream,
+        ...(to.domain ? { domain: to.domain } : {}),
+      },
+    });
   } finally {
     await Promise.all([source, dest].map((s) => (s.status === "fulfilled" ? s.value.close() : undefined)));
   }
