@@ -54,6 +54,8 @@ export const DEFAULTS = Object.freeze({
   leaseBucket: "relay_leases",
   leaseMs: 5_000,
   leaseRenewMs: 1_000,
+  /** Where a new link starts (only while the destination holds no record of it). */
+  startAt: "earliest",
 } as const);
 
 /** `"relay-" + link name`. */

@@ -46,7 +46,9 @@ export function unitsOf(config: RelayConfig, region: string): LinkConfig[] {
 /** Everything a running unit depends on, as comparable text (may hold secrets: never log it). */
 export function unitFingerprint(unit: LinkConfig, config: RelayConfig): string {
   return canonicalJson({
-    unit,
+    // startAt applies only to a link without a record, and a running link has one (its consumer): a
+    // change alone does not restart it; the new value applies from the link's next start.
+    unit: { ...unit, startAt: undefined },
     source: config.regions.get(unit.from.region),
     directRoutes: [...directRoutesFor(unit, config.links)].sort(),
   });

@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { quote } from "./problems.js";
 import { GuardSchema } from "./schema-guard.js";
+import type { StartAt } from "./types.js";
 import {
   boolean,
   byteSize,
@@ -54,6 +55,44 @@ const badMessagePolicy = z.unknown().transform((v, ctx): { deadLetter: string } 
   return z.NEVER;
 });
 
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+const START_AT_RULE = 'must be "earliest", "new", { time: <RFC 3339 time> } or { seq: <source sequence> }';
+
+/** An RFC 3339 time that has passed, compiled to an ISO time in UTC (ms precision). */
+const startTime = field((v) => {
+  const s = v instanceof Date ? v.toISOString() : expectString(v);
+  const m = RFC3339.exec(s);
+  const ms = Date.parse(s);
+  const day = m ? new Date(Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]))) : undefined;
+  // Date.parse rolls 2026-02-30 over to March: the date must be one of the calendar's.
+  if (!m || Number.isNaN(ms) || day?.getUTCDate() !== Number(m[3]) || day.getUTCMonth() !== Number(m[2]) - 1) {
+    fail(`must be an RFC 3339 time such as "2026-01-02T15:04:05Z" (got ${quote(v)})`);
+  }
+  if (ms > Date.now()) fail(`${quote(s)} is in the future: a link can only start at a time that has passed (use "new" to start with the next message stored)`);
+  return new Date(ms).toISOString();
+});
+
+const StartPointSchema = obj({ time: startTime.optional(), seq: integer(1, Number.MAX_SAFE_INTEGER).optional() });
+
+/** `"earliest"`, `"new"`, `{ time: <RFC 3339> }` or `{ seq: <n> }`. */
+const startAt = z.unknown().transform((v, ctx): StartAt => {
+  if (v === "earliest" || v === "new") return v;
+  if (typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Date)) {
+    const r = StartPointSchema.safeParse(v);
+    if (!r.success) {
+      for (const iss of r.error.issues) ctx.issues.push({ ...iss, input: undefined } as never);
+      return z.NEVER;
+    }
+    const { time, seq } = r.data;
+    if (time !== undefined && seq === undefined) return { time };
+    if (seq !== undefined && time === undefined) return { seq };
+    ctx.issues.push({ code: "custom", message: "give exactly one of time or seq", input: undefined });
+    return z.NEVER;
+  }
+  ctx.issues.push({ code: "custom", message: `${START_AT_RULE} (got ${quote(v)})`, input: undefined });
+  return z.NEVER;
+});
+
 export const LinkSchema = obj({
   name: linkName,
   from: obj({
@@ -86,4 +125,5 @@ export const LinkSchema = obj({
   stallAfter: duration({ allowZero: false }).optional(),
   guard: GuardSchema.optional(),
   partitions: obj({ count: integer(2, 1_024), token: integer(1, 32) }).optional(),
+  startAt: startAt.optional(),
 });

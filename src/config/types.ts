@@ -123,7 +123,16 @@ export interface LinkConfig {
   readonly partitions?: { readonly count: number; readonly token: number };
   /** Set on one partition of a partitioned link (see config/partitions.ts). */
   readonly partition?: { readonly index: number; readonly count: number; readonly link: string };
+  /** Where a new link starts, only while the destination holds no record of it (link/start-at.ts). */
+  readonly startAt: StartAt;
 }
+
+/**
+ * Where a link without a record starts: `earliest` (the first message the stream holds), `new` (the
+ * next message stored), the first message stored at or after `time` (RFC 3339, compiled to an ISO
+ * time in UTC), or source sequence `seq`.
+ */
+export type StartAt = "earliest" | "new" | { readonly time: string } | { readonly seq: number };
 
 export interface RelayConfig {
   readonly regions: ReadonlyMap<string, RegionConfig>;

@@ -18,6 +18,7 @@ import { classifyJsError } from "../nats/durable-consumer.js";
 import type { BacklogProbe } from "./backlog.js";
 import { positionCursor } from "./cursor.js";
 import { DeliveryOrder } from "./delivery-order.js";
+import { LinkStart } from "./start-at.js";
 import type { DestinationCheck } from "./destination-check.js";
 import type { GuardWatch } from "./guard-watch.js";
 import type { LinkWatch } from "./link-watch.js";
@@ -86,6 +87,8 @@ export class ConsumeLoop {
   private messages: ConsumerMessages | undefined;
   private deliveries = 0;
   private readonly order: DeliveryOrder;
+  /** Where the link first started in this process (startAt), for a consumer lost before it has a record. */
+  private readonly start = new LinkStart();
 
   constructor(private readonly deps: ConsumeLoopDeps) {
     this.order = new DeliveryOrder({ logger: deps.logger, highestSeen: () => deps.inspector.highestSeen, stopPulling: () => this.stopPulling() });
@@ -145,7 +148,7 @@ export class ConsumeLoop {
         // The cursor carries the window as its MaxAckPending (nothing is held now: no byte bound).
         window.placed(this.deps.sourceStream.sizes());
         const position = await positionCursor(
-          { link: this.deps.cursorConfig(), jsm: this.manager, dest: this.deps.dest, logger: this.deps.logger, signal, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
+          { link: this.deps.cursorConfig(), jsm: this.manager, dest: this.deps.dest, logger: this.deps.logger, signal, start: this.start, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
           this.deps.sourceStream.ref(),
           true,
         );
@@ -154,9 +157,10 @@ export class ConsumeLoop {
         // moved cursor): anything later means deliveries went elsewhere, and they go first.
         this.order.placed(position.info.delivered.consumer_seq);
         if (position.repositioned) pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
-        inspector.placed({ startSeq: position.startSeq, created: position.created, deliveredStreamSeq: position.info.delivered.stream_seq });
+        inspector.placed({ startSeq: position.startSeq, created: position.created, deliveredStreamSeq: position.info.delivered.stream_seq, skippedTo: position.skippedTo });
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
-        // (A consumer created from the start of the stream has no cursor to compare yet.)
+        // (A consumer created from the start of the stream, or at startAt new or a time, has no cursor
+        // to compare yet: its first delivery sets it.)
         if (!position.created || position.startSeq !== undefined) {
           const reading = await this.deps.probe.read();
           inspector.observeClock(reading.clockOffsetMs);

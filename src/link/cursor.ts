@@ -5,7 +5,8 @@ import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, isRelayError } from "../errors.js";
 import { ackPolicyOf, createDurable, readDurable } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
-import type { SourceRef } from "../nats/destination-markers.js";
+import type { LastStored, SourceRef } from "../nats/destination-markers.js";
+import { describeStartAt, LinkStart, startsAtFirstDelivery } from "./start-at.js";
 
 export interface CursorDeps {
   readonly link: LinkConfig;
@@ -16,6 +17,8 @@ export interface CursorDeps {
   readonly destDomain?: string;
   readonly logger: Logger;
   readonly signal?: AbortSignal;
+  /** Where the link first started in this process (a link without a record starts at its `startAt`). */
+  readonly start?: LinkStart;
 }
 
 export interface CursorPosition {
@@ -26,6 +29,11 @@ export interface CursorPosition {
   readonly repositioned: boolean;
   /** Where a new or moved cursor starts (undefined: the start of the stream, or not moved). */
   readonly startSeq?: number;
+  /**
+   * A new cursor placed by `startAt` new or a time: nothing at or below this source seq is the link's
+   * (no gap there), and its first delivery sets the gap baseline.
+   */
+  readonly skippedTo?: number;
   /** Source seq → destination seq of this link's messages above the ack floor already in the destination. */
   readonly stored: ReadonlyMap<number, number>;
   /** The highest source sequence `stored` speaks for (0 when nothing was read). */
@@ -35,7 +43,7 @@ export interface CursorPosition {
 }
 
 /** Messages read at most from the destination when positioning a cursor (native sourcing reads all). */
-const MAX_SCAN = 200_000;
+export const MAX_SCAN = 200_000;
 
 /**
  * Places the link's source cursor before it consumes (DESIGN §2.1, ordered recovery):
@@ -56,18 +64,18 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   const markers = { stream: link.to.stream, source: { ...source, link: link.name }, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
     const last = await lastStored(deps.dest, { ...markers, maxScan: MAX_SCAN });
-    const startSeq = last.sourceSeq === undefined ? undefined : last.sourceSeq + 1;
+    if (last.sourceSeq === undefined) return createAtStartAt(deps, last, source.createdMs);
+    const startSeq = last.sourceSeq + 1;
     const info = await createDurable(jsm, link, startSeq);
-    if (startSeq !== undefined) {
-      logger.info({ durable: link.durableName, startSeq, destSeq: last.destSeq }, `no source consumer: created one starting after source seq ${startSeq - 1}, the last the destination holds for this link`);
-    } else {
-      const why = last.complete ? "the destination holds none of this link's messages" : `none of this link's messages in the last ${last.scanned} destination messages`;
-      (last.complete ? logger.info.bind(logger) : logger.warn.bind(logger))({ durable: link.durableName, scanned: last.scanned }, `no source consumer: created one from the start of the stream (${why})`);
-    }
-    return { info, created: true, repositioned: false, ...(startSeq !== undefined ? { startSeq } : {}), stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
+    const ignored = link.startAt === "earliest" ? "" : ` (startAt ${describeStartAt(link.startAt)} does not apply: the destination holds the link's record)`;
+    logger.info({ durable: link.durableName, startSeq, destSeq: last.destSeq, startAt: describeStartAt(link.startAt) }, `no source consumer: created one starting after source seq ${startSeq - 1}, the last the destination holds for this link${ignored}`);
+    return { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   }
   // A consumer's ack policy cannot be changed: `sourceAcks` changed, it is replaced at its ack floor.
   const policyChanged = existing.config.ack_policy !== ackPolicyOf(link);
+  if (link.startAt !== "earliest" && (deps.start?.tellOnce() ?? true)) {
+    logger.info({ durable: link.durableName, startAt: describeStartAt(link.startAt), ackFloor: existing.ack_floor.stream_seq }, `the link's source consumer exists: it goes on from its ack floor (startAt ${describeStartAt(link.startAt)} applies only to a link without a record)`);
+  }
   if (!policyChanged && (!holdsNothing || existing.num_ack_pending === 0)) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
   const stored = await storedAbove(deps.dest, markers, floor);
@@ -85,6 +93,28 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     `ordered recovery: ${existing.num_ack_pending} messages were held by a previous owner; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,
   );
   return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo, heldUpTo: existing.delivered.stream_seq };
+}
+
+/**
+ * A link without a record (no consumer, none of its markers in the destination): the new consumer
+ * starts where its `startAt` says (link/start-at.ts), and the line says where and why.
+ */
+async function createAtStartAt(deps: CursorDeps, last: LastStored, incarnation: number | undefined): Promise<CursorPosition> {
+  const { link, jsm, logger } = deps;
+  const starts = deps.start ?? new LinkStart();
+  const choice = starts.choose(link, incarnation);
+  const info = await createDurable(jsm, link, choice.start);
+  starts.created(link, info, incarnation);
+  // The server places a new consumer's delivered sequence just before where it starts.
+  const at = info.delivered.stream_seq + 1;
+  const record = last.complete ? "the destination holds none of this link's messages" : `none of this link's messages in the last ${last.scanned} destination messages`;
+  const where = choice.start === undefined ? "from the start of the stream" : `at source seq ${at}`;
+  (last.complete ? logger.info.bind(logger) : logger.warn.bind(logger))(
+    { durable: link.durableName, scanned: last.scanned, startAt: describeStartAt(link.startAt), startSeq: at, pending: info.num_pending },
+    `no source consumer: created one ${where} (${record}; ${choice.why}): ${info.num_pending} messages waiting`,
+  );
+  const placed = typeof choice.start === "number" ? { startSeq: at } : startsAtFirstDelivery(choice.start) ? { skippedTo: at - 1 } : {};
+  return { info, created: true, repositioned: false, ...placed, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
 }
 
 /**

@@ -45,10 +45,13 @@ export class SourceInspector {
   /**
    * The cursor was placed: a new or moved one starts at `startSeq`; otherwise the consumer's next first
    * delivery follows what it delivered (`deliveredStreamSeq`), unknown for a consumer just created from
-   * the start of the stream.
+   * the start of the stream or at `skippedTo` (startAt new or a time).
    */
-  placed(position: { readonly startSeq?: number; readonly created: boolean; readonly deliveredStreamSeq: number }): void {
+  placed(position: { readonly startSeq?: number; readonly created: boolean; readonly deliveredStreamSeq: number; readonly skippedTo?: number | undefined }): void {
     if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);
+    // Created at startAt new or a time: what lies before it was never the link's to relay (not a gap),
+    // and the first delivery sets where holes count from.
+    if (position.skippedTo !== undefined) this.highest = Math.max(this.highest, position.skippedTo);
     // Where the next first delivery follows: holes the consumer jumps over from there are gaps.
     this.gapDetector.placed(position.startSeq !== undefined ? position.startSeq - 1 : position.created ? undefined : position.deliveredStreamSeq);
   }

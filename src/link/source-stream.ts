@@ -47,16 +47,7 @@ export class SourceStream {
   }
 
   ref(): SourceRef {
-    const { config } = this.deps;
-    const created = this.current ? createdMs(this.current) : undefined;
-    const filter = config.from.filterSubject;
-    return {
-      region: config.from.region,
-      stream: config.from.stream,
-      ...(created !== undefined ? { createdMs: created } : {}),
-      // A filtered link (or a partition) counts only its own subjects' markers.
-      ...(filter !== undefined ? { subjects: transformPattern(filter, config.to.transform) } : {}),
-    };
+    return markerSource(this.deps.config, this.current);
   }
 
   /** What the source says of its message sizes: the average it holds, and the largest it allows. */
@@ -69,6 +60,19 @@ export class SourceStream {
       ...(largest !== undefined ? { maxMessageBytes: largest } : {}),
     };
   }
+}
+
+/** The link's source as its markers in the destination name it (`check --live` reads them by the same rule). */
+export function markerSource(config: LinkConfig, info: StreamInfo | undefined): SourceRef {
+  const created = info ? createdMs(info) : undefined;
+  const filter = config.from.filterSubject;
+  return {
+    region: config.from.region,
+    stream: config.from.stream,
+    ...(created !== undefined ? { createdMs: created } : {}),
+    // A filtered link (or a partition) counts only its own subjects' markers.
+    ...(filter !== undefined ? { subjects: transformPattern(filter, config.to.transform) } : {}),
+  };
 }
 
 /** A stream's creation time in ms since the epoch (its incarnation); undefined if the server did not say. */

@@ -5,11 +5,25 @@ import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 
 /**
- * The source cursor of a link (DESIGN §2.1): its ack floor advances only after the destination has it.
- * `startSeq`: where a new cursor starts (after what the destination already holds); from the start when absent.
+ * Where a new cursor starts: a source sequence, the next message stored (`"new"`), or the first message
+ * stored at or after a time (a link's `startAt`, link/start-at.ts).
  */
-export function durableConfig(link: LinkConfig, startSeq?: number): Partial<ConsumerConfig> & { durable_name: string } {
-  const start = startSeq !== undefined && startSeq > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: startSeq } : { deliver_policy: DeliverPolicy.All };
+export type CursorStart = number | "new" | { readonly time: string };
+
+/** The deliver policy of a consumer that starts at `start` (from the start of the stream when absent). */
+export function deliverFrom(start: CursorStart | undefined): Partial<ConsumerConfig> {
+  if (start === "new") return { deliver_policy: DeliverPolicy.New };
+  if (typeof start === "object") return { deliver_policy: DeliverPolicy.StartTime, opt_start_time: start.time };
+  return start !== undefined && start > 1 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: start } : { deliver_policy: DeliverPolicy.All };
+}
+
+/**
+ * The source cursor of a link (DESIGN §2.1): its ack floor advances only after the destination has it.
+ * `startSeq`: where a new cursor starts (after what the destination already holds, or the link's
+ * `startAt`); from the start when absent.
+ */
+export function durableConfig(link: LinkConfig, startSeq?: CursorStart): Partial<ConsumerConfig> & { durable_name: string } {
+  const start = deliverFrom(startSeq);
   return {
     durable_name: link.durableName,
     ack_policy: ackPolicyOf(link),
@@ -74,11 +88,12 @@ export async function readDurable(jsm: JetStreamManager, link: LinkConfig): Prom
 }
 
 /**
- * Creates the durable starting at `startSeq` (from the start when absent), replacing any consumer of that
+ * Creates the durable starting at `startSeq` (from the start when absent; `"new"` or a time for a
+ * link's `startAt`), replacing any consumer of that
  * name: the way to move a cursor on servers without a consumer reset API (2.9, 2.10). The caller owns the
  * link (nobody else consumes from it meanwhile).
  */
-export async function createDurable(jsm: JetStreamManager, link: LinkConfig, startSeq?: number, replace = false): Promise<ConsumerInfo> {
+export async function createDurable(jsm: JetStreamManager, link: LinkConfig, startSeq?: CursorStart, replace = false): Promise<ConsumerInfo> {
   const stream = link.from.stream;
   try {
     if (replace) {

@@ -21,6 +21,7 @@ export { checkLoops, checkOverlaps } from "./topology-checks.js";
 export { checkGuard, checkGuardEviction, checkGuardMarker, checkGuardReplication } from "./guard-checks.js";
 export { checkDeadLetter } from "./dead-letter-checks.js";
 export { checkConsumer } from "./consumer-checks.js";
+export { checkStart } from "./start-checks.js";
 export type {
   CheckResult,
   ConsumerFact,
@@ -32,4 +33,5 @@ export type {
   PartitionFact,
   RedisFact,
   RegionFact,
+  StartFact,
 } from "./facts.js";

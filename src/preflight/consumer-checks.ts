@@ -23,7 +23,7 @@ export function checkConsumer(link: LinkConfig, fact: ConsumerFact): CheckResult
       return {
         name,
         level: "ok",
-        detail: `${at} does not exist yet: the relay creates it and starts from the first message in the stream`,
+        detail: `${at} does not exist yet: the relay creates it (where it starts: the start row)`,
       };
     case "found": {
       const c = fact.consumer;

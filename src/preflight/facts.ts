@@ -85,3 +85,14 @@ export type PartitionFact =
 
 /** Other streams in the destination region that overlap a transformed subject (by that subject). */
 export type OtherStreams = ReadonlyMap<string, readonly string[]>;
+
+/**
+ * Where a link without a source consumer starts, as read (only when its durable does not exist): the
+ * destination's record of it (its newest Relay-Source marker), or, without one, where its `startAt`
+ * places the new consumer and how many messages wait from there.
+ */
+export type StartFact =
+  | { readonly kind: "record"; readonly afterSeq: number; readonly streamLastSeq: number }
+  | { readonly kind: "start-at"; readonly startSeq: number; readonly messages: number; readonly complete: boolean; readonly scanned: number }
+  | { readonly kind: "failed"; readonly reason: string }
+  | { readonly kind: "unreachable" };

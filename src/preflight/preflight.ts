@@ -45,9 +45,11 @@ import {
   checkRegion,
   checkRetention,
   checkSourceStream,
+  checkStart,
   checkSubjectsBound,
   checkWindow,
 } from "./checks.js";
+import { readStart } from "./start-facts.js";
 import { destinationPatterns, sourcePatterns, unboundSubjects } from "../link/binding.js";
 import { streamFacts } from "../nats/stream-facts.js";
 import type { StreamFact } from "../nats/stream-facts.js";
@@ -353,6 +355,8 @@ export async function runPreflight(
         // A partitioned link has a durable per partition.
         const unitFacts = await Promise.all(linkUnits(link).map(async (unit) => ({ unit, consumer: await readConsumer(fromSession, unit, source) })));
         const consumers = unitFacts.map(({ unit, consumer }) => checkConsumer(unit, consumer));
+        const startSessions = { source: fromSession?.jsm, dest: toSession?.nc, destDomain: config.regions.get(link.to.region)?.domain };
+        const starts = await Promise.all(unitFacts.map(async ({ unit, consumer }) => checkStart(unit, consumer, await readStart(startSessions, unit, consumer))));
         const markers = unitFacts.flatMap(({ unit, consumer }) => {
           const fact: MarkerFact = redisProbe?.markers.get(markerId({ scope: `${unit.to.region}:${unit.to.stream}`, fence: leaseKey(unit) })) ?? { kind: "unreachable" };
           const row = checkGuardMarker(unit, fact, consumer);
@@ -388,6 +392,7 @@ export async function runPreflight(
           checkDeadLetter(link, deadLetter),
           ...(partitions ? [partitions] : []),
           ...consumers,
+          ...starts,
           ...markers,
         ];
         return { link, rows };

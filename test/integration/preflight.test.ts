@@ -357,7 +357,7 @@ describe("check --live", () => {
     assert.equal(r.code, 0, r.out + r.err);
     for (const link of ["a-to-b", "b-to-a"]) {
       const rows = rowsOf(r.out, link);
-      assert.equal(rows.length, link === "b-to-a" ? 15 : 13, `checks for ${link}`);
+      assert.equal(rows.length, link === "b-to-a" ? 16 : 14, `checks for ${link}`);
       for (const x of rows) assert.equal(x.level, "ok", `${link} / ${x.name}: ${x.detail}`);
     }
     assert.match(

@@ -111,6 +111,7 @@ void describe("valid configs", () => {
       onGap: "resync",
       maxReplayAgeMs: 21_600_000,
       stallAfterMs: 30_000,
+      startAt: "earliest",
     });
 
     const payments = c.links[2];
@@ -173,6 +174,7 @@ void describe("valid configs", () => {
         badMessage: { action: "dead-letter", subject: "relay.dlq.orders" },
         onGap: "continue",
         stallAfterMs: 10_000,
+        startAt: "earliest",
       },
     ]);
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
@@ -397,7 +399,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt)",
     ]);
   });
 
