@@ -33,6 +33,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: "status|resume: the guard's scope markers; resume a link paused with GUARD_STATE_LOST",
     load: async () => (await import("./cli/guard-command.js")).guardCommand,
   },
+  link: {
+    summary: "pause|resume|status: pause a link across its region's group of relays, resume it",
+    load: async () => (await import("./cli/link-command.js")).linkCommand,
+  },
   health: {
     summary: "exit 0 when this config's relay answers /healthz (container health checks)",
     load: async () => (await import("./cli/health-command.js")).healthCommand,

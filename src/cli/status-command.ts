@@ -39,9 +39,12 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   console.log(formatTable(status));
   const errors = formatErrors(status, process.stdout.columns || 100);
   if (errors) console.log(`\n${errors}`);
+  const pauses = formatPauses(status);
+  if (pauses) console.log(`\n${pauses}`);
   if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
-  return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby") ? 0 : 1;
+  // A link an operator paused on purpose is not a failure either (`jetstream-relay link pause`).
+  return status.links.every((l) => l.state === "live" || l.state === "catching-up" || l.state === "standby" || (l.state === "paused" && l.operatorPause)) ? 0 : 1;
 }
 
 /** `, config <hash> loaded <time>` and a reload that failed or waits for a restart (a relay before reloads has none). */
@@ -113,6 +116,12 @@ export function formatTable(status: RelayStatus): string {
 export function formatErrors(status: RelayStatus, width = 100): string {
   const blocks = status.links.flatMap((l) => (l.lastError ? [`${l.name}: ${l.lastError.code} at ${l.lastError.at}\n${wrap(l.lastError.message, width - 2, "  ")}`] : []));
   return blocks.length === 0 ? "" : `last errors:\n${blocks.join("\n")}`;
+}
+
+/** Links an operator paused (`jetstream-relay link pause`): who, when and why. */
+export function formatPauses(status: RelayStatus): string {
+  const lines = status.links.flatMap((l) => (l.operatorPause ? [`${l.name}: paused by ${l.operatorPause.by} at ${l.operatorPause.at}: ${l.operatorPause.reason}`] : []));
+  return lines.length === 0 ? "" : `paused by an operator (jetstream-relay link resume LINK to go on):\n${lines.map((l) => `  ${l}`).join("\n")}`;
 }
 
 /** Breaks text at spaces into lines of at most `width` characters (a longer word gets its own line). */

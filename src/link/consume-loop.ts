@@ -23,6 +23,7 @@ import type { DestinationCheck } from "./destination-check.js";
 import type { GuardWatch } from "./guard-watch.js";
 import type { LinkWatch } from "./link-watch.js";
 import type { LinkWindow } from "./link-window.js";
+import type { OperatorPause } from "./operator-pause.js";
 import type { Ownership } from "./ownership.js";
 import type { ResyncRunner } from "./resync-runner.js";
 import type { SourceInspector } from "./source-inspector.js";
@@ -65,6 +66,8 @@ export interface ConsumeLoopDeps {
   readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "observeClock" | "inspect" | "highestSeen">;
   readonly resync: Pick<ResyncRunner, "pending" | "run">;
   readonly watch: Pick<LinkWatch, "watchConsumer">;
+  /** An operator's pause (operator-pause.ts): nothing is pulled while it holds. */
+  readonly operator?: Pick<OperatorPause, "holding" | "changed">;
   /** This relay holds the link's lease. */
   owns(): boolean;
   /** The link failed (final): nothing more is taken. */
@@ -123,6 +126,12 @@ export class ConsumeLoop {
     while (!signal.aborted && !this.deps.failed()) {
       if (ownership.handingOver) await ownership.handOver();
       if (!(await ownership.holdLease())) return;
+      // Paused by an operator (or not known yet): what the pipeline holds finishes by itself; nothing
+      // more is pulled, so the rest stays in the source consumer. Resumed, the loop pulls at once.
+      if (this.deps.operator?.holding) {
+        await this.deps.operator.changed(AbortSignal.any([signal, AbortSignal.timeout(this.deps.pollIntervalMs)]));
+        continue;
+      }
       try {
         this.manager ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
         await this.deps.sourceStream.read(this.manager);
@@ -173,6 +182,7 @@ export class ConsumeLoop {
         const consumer = await js.consumers.get(config.from.stream, config.durableName);
         if (signal.aborted) return;
         if (ownership.handingOver) continue; // placement moved the link meanwhile
+        if (this.deps.operator?.holding) continue; // paused while the cursor was placed
         const messages = await consumer.consume({
           ...window.pullOptions(),
           // Pull requests expire after 5 s (heartbeats every 2.5 s): a pull left on a consumer leader
@@ -184,6 +194,7 @@ export class ConsumeLoop {
           callback: (m: JsMsg) => this.onMessage(m),
         });
         this.messages = messages;
+        if (this.deps.operator?.holding) messages.stop(); // paused while the pull started
         backoff.reset();
         events.consuming();
         this.deps.watch.watchConsumer(messages).catch((err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message }, "consumer status watcher ended"));
@@ -225,6 +236,12 @@ export class ConsumeLoop {
       return;
     }
     if (this.deps.failed()) return; // halted (a gap, onGap halt): nothing after it is taken
+    if (this.deps.operator?.holding) {
+      // Paused: a delivery of the pull being stopped is not taken. It stays ack-pending at the source
+      // and goes first when the link resumes (the cursor is placed again with nothing held).
+      this.messages?.stop();
+      return;
+    }
     this.deliveries++;
     this.deps.events.delivering();
     const { pipeline, window } = this.deps;

@@ -38,6 +38,8 @@ export interface LinkHealthDeps {
 
 export class LinkHealth {
   private readonly troubles = new Set<Trouble>();
+  /** Who paused the link, when and why (an operator: `jetstream-relay link pause`). */
+  private operatorReason: string | undefined;
   /** The reason the link is `stalled` now. */
   private stallReason: string | undefined;
   private error: LinkError | undefined;
@@ -84,6 +86,18 @@ export class LinkHealth {
     this.trouble("stalled", new RelayError(ErrorCodes.SOURCE_STALLED, reason));
   }
 
+  /** An operator paused the link: `paused` (never `stalled`: nothing is pulled on purpose) until resumed. */
+  operatorPaused(reason: string): void {
+    this.operatorReason = reason;
+    this.troubles.add("operator");
+    this.refresh();
+  }
+
+  operatorResumed(): void {
+    this.operatorReason = undefined;
+    this.clear("operator");
+  }
+
   /** The stall watch sees progress again. */
   stallEnded(): void {
     if (this.stallReason !== undefined && this.troubles.has("stalled")) this.clear("stalled");
@@ -105,6 +119,7 @@ export class LinkHealth {
     if (resync.running) return state.set("resyncing", `resync after ${resync.pending ?? "request"}`);
     if (this.troubles.has("guard-state")) return state.set("paused", this.deps.guardLossReason() ?? reason);
     if (this.troubles.has("guard") || this.troubles.has("refused") || this.troubles.has("guard-unsafe")) return state.set("paused", reason);
+    if (this.troubles.has("operator")) return state.set("paused", this.operatorReason);
     if (this.troubles.has("stalled")) return state.set("stalled", this.stallReason ?? reason);
     if (this.troubles.size > 0) return state.set("recovering", reason);
     // Just took the link over: at work at once, whatever the last backlog reading (from before) said.

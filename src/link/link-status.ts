@@ -4,6 +4,7 @@
  */
 import type { LinkConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
+import type { LinkControlValue } from "../group/link-control.js";
 import type { LinkState } from "../observability/metrics.js";
 import type { BacklogReading } from "./backlog.js";
 import type { Gap } from "./gap.js";
@@ -33,6 +34,8 @@ export interface LinkStatus {
   readonly ownership?: LinkOwnership;
   /** The pull window: its size, what limits it, the round trip and the rate (link-window.ts). */
   readonly window?: WindowStatus;
+  /** An operator's pause in force (`jetstream-relay link pause`): why, by whom, when. */
+  readonly operatorPause?: LinkControlValue;
 }
 
 export interface LinkOwnership {
@@ -67,8 +70,9 @@ export type LastResync = ResyncResult & { readonly reason: LinkResyncReason; rea
  * `refused`: the destination answers but will not store (full, or a refusal for the whole link): paused.
  * `guard-state`: the guard lost its memory (GUARD_STATE_LOST): paused until an operator resumes.
  * `guard-unsafe`: under `guard.strict`, a settings check found the guard's Redis unsafe: paused until it is not.
+ * `operator`: an operator paused the link (`jetstream-relay link pause`): paused until resumed.
  */
-export type Trouble = "source" | "dest" | "guard" | "refused" | "guard-state" | "guard-unsafe" | "stalled";
+export type Trouble = "source" | "dest" | "guard" | "refused" | "guard-state" | "guard-unsafe" | "stalled" | "operator";
 
 /** What the link's lease tells about who owns it (group/lease.ts). */
 export interface LeaseView {
@@ -119,6 +123,7 @@ export interface StatusParts {
   readonly lastResync: LastResync | undefined;
   readonly ownership: LinkOwnership;
   readonly window: WindowStatus;
+  readonly operatorPause?: LinkControlValue | undefined;
 }
 
 export function linkStatus(p: StatusParts): LinkStatus {
@@ -145,5 +150,6 @@ export function linkStatus(p: StatusParts): LinkStatus {
     ...(p.lastResync ? { lastResync: p.lastResync } : {}),
     ownership: p.ownership,
     window: p.window,
+    ...(p.operatorPause ? { operatorPause: p.operatorPause } : {}),
   };
 }

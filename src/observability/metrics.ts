@@ -211,6 +211,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    linkPaused: new Gauge({
+      name: "relay_link_paused",
+      help: "1 while an operator has paused the link (jetstream-relay link pause; the group bucket's control key, honoured by every relay of the group), else 0",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     leaseTransitions: new Counter({
       name: "relay_lease_transitions_total",
       help: "Changes of a link's ownership on this relay, by reason (acquired|renewed-late|lost|released|handed-over)",

@@ -13,6 +13,7 @@ import { createGuard } from "../guard/create-guard.js";
 import { GroupCoordinator } from "../group/coordinator.js";
 import { LinkLease } from "../group/lease.js";
 import { GroupMembership } from "../group/membership.js";
+import { LinkControls } from "../group/link-control.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
 import { createMetrics } from "../observability/metrics.js";
@@ -70,6 +71,10 @@ export class Relay {
   /** This process in its region's group: names it in every lease it holds. Never reused. */
   readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   private membership: GroupMembership | undefined;
+  /** Operators' pauses (the group bucket's control keys), followed by every link; set when the group starts. */
+  private controls: LinkControls | undefined;
+  /** Each link's unfollow of its control key. */
+  private readonly unfollow = new Map<Link, () => void>();
   private joining = false;
   private readonly placement = new PlacementSlots();
   private config: RelayConfig;
@@ -194,6 +199,15 @@ export class Relay {
       }),
     );
     this.membership.start();
+    this.controls ??= new LinkControls({ bucket: group.bucket, refreshMs: group.renewMs, logger: this.regionLogger.child({ component: "control" }) });
+    this.controls.start(nc, domain);
+    for (const link of this.links) this.followControl(link);
+  }
+
+  /** The link honours its control key (an operator's pause); it pulls nothing until the key is read. */
+  private followControl(link: Link): void {
+    if (!this.controls || this.unfollow.has(link)) return;
+    this.unfollow.set(link, this.controls.follow(link.placed.unit, (value) => link.setControl(value)));
   }
 
   private async startLink(config: LinkConfig): Promise<void> {
@@ -254,8 +268,10 @@ export class Relay {
         ...(this.deps.clock ? { clock: this.deps.clock } : {}),
         writeGates: this.writeGates,
         progressIntervalMs: this.config.log.progressIntervalMs,
+        awaitControl: true,
       });
       this.links.push(link);
+      this.followControl(link);
       this.waiting.delete(config.name);
       this.placement.attach(link, link.placed);
       await link.start();
@@ -286,6 +302,7 @@ export class Relay {
       await this.reloading; // a reload's drains end with the relay's (it starts nothing once stopping)
       await Promise.all(this.links.map((l) => l.stop(signal)));
       await leaving;
+      await this.controls?.stop();
       await this.connections.closeAll();
       this.setState("stopped");
       this.resolveClosed();
@@ -413,6 +430,8 @@ export class Relay {
   /** Stops a link (after a drain until `signal`) and takes it out; `forget`: its metric series too. */
   private async dropLink(link: Link, signal: AbortSignal, forget: boolean): Promise<void> {
     this.placement.detach(link);
+    this.unfollow.get(link)?.();
+    this.unfollow.delete(link);
     await link
       .stop(signal)
       .catch((err: unknown) =>

@@ -90,7 +90,8 @@ export function readinessOf(state: string, links: readonly Link[], waiting: Read
   if (state !== "running") reasons.push(`relay is ${state}`);
   for (const l of links) {
     // A standby link is healthy: another relay of the group owns it, this one is ready to take over.
-    if (!READY_STATES.has(l.currentState)) {
+    // So is one an operator paused on purpose (`jetstream-relay link pause`): a rollout must not wait for it.
+    if (!READY_STATES.has(l.currentState) && !(l.currentState === "paused" && l.status().operatorPause)) {
       const why = l.status().stateReason;
       reasons.push(`link ${l.name} is ${l.currentState}${why ? `: ${why}` : ""}`);
     }

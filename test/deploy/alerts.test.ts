@@ -44,6 +44,7 @@ const REQUIRED_ALERTS = [
   "RelayPublishErrors",
   "RelayGroupDegraded",
   "RelayLeaseFlapping",
+  "RelayLinkPausedLong",
 ];
 const SEVERITIES = ["critical", "warning", "info"];
 

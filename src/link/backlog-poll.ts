@@ -1,0 +1,142 @@
+/**
+ * The link's poll (every `pollIntervalMs`): reads the backlog, exports it, rechecks an unknown
+ * destination, feeds the window, the stall watch and the source inspector, clears troubles that ended
+ * without an event to say so, and refreshes the link's state. Moved out of link.ts as it is.
+ */
+import { JetStreamApiCodes } from "@nats-io/jetstream";
+import type { Logger } from "pino";
+import type { LinkConfig } from "../config/types.js";
+import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import { isApiCode } from "../nats/durable-consumer.js";
+import type { LinkState, RelayMetrics } from "../observability/metrics.js";
+import type { BacklogProbe, BacklogReading } from "./backlog.js";
+import type { ConsumeLoop } from "./consume-loop.js";
+import type { DestinationCheck } from "./destination-check.js";
+import type { GuardWatch } from "./guard-watch.js";
+import type { LinkHealth } from "./link-health.js";
+import type { LinkWatch } from "./link-watch.js";
+import type { LinkWindow } from "./link-window.js";
+import type { Ownership } from "./ownership.js";
+import type { Pipeline } from "./pipeline.js";
+import type { CatchUpLog } from "./progress-log.js";
+import type { ResyncRunner } from "./resync-runner.js";
+import type { SourceInspector } from "./source-inspector.js";
+import type { StallWatch } from "./stall-watch.js";
+
+export interface BacklogPollDeps {
+  readonly config: LinkConfig;
+  readonly metrics: RelayMetrics;
+  readonly logger: Logger;
+  /** The link stopping: no poll after it, and a reading that comes back after it writes nothing. */
+  readonly signal: AbortSignal;
+  readonly intervalMs: number;
+  readonly probe: Pick<BacklogProbe, "read">;
+  readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
+  readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume">;
+  readonly window: Pick<LinkWindow, "holding" | "observe" | "throttled">;
+  readonly inspector: Pick<SourceInspector, "observeClock" | "inspect">;
+  readonly health: Pick<LinkHealth, "has" | "clear" | "trouble" | "refresh" | "nothingButStalled">;
+  readonly stallWatch: Pick<StallWatch, "observe" | "stalled">;
+  readonly loop: Pick<ConsumeLoop, "delivered" | "pulled" | "stopPulling">;
+  readonly ownership: Pick<Ownership, "standby">;
+  readonly lease: { valid(): boolean };
+  readonly resyncs: Pick<ResyncRunner, "running">;
+  readonly publisher: { readonly inFlight: number };
+  readonly watch: Pick<LinkWatch, "destConnected">;
+  readonly catchUpLog: Pick<CatchUpLog, "observe">;
+  readonly guardWatch: Pick<GuardWatch, "poll">;
+  state(): LinkState;
+  /** Each reading, as `/status` shows it. */
+  reading(reading: BacklogReading): void;
+}
+
+export class BacklogPoll {
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly deps: BacklogPollDeps) {}
+
+  start(): void {
+    this.schedule();
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  /**
+   * Whether the link should be moving now if the source has messages for it: it owns the link, is not
+   * resyncing or throttled, nothing holds it back (guard, destination, a refused message, an operator's
+   * pause: troubles of their own) and the relay holds nothing (a full pipeline waits for its
+   * destination, not its source).
+   */
+  private stallEligible(): boolean {
+    const { ownership, lease, resyncs, window, loop, pipeline, health } = this.deps;
+    if (ownership.standby || !lease.valid() || resyncs.running || window.throttled || !loop.pulled) return false;
+    if (pipeline.size > 0) return false;
+    return health.nothingButStalled();
+  }
+
+  private schedule(): void {
+    const d = this.deps;
+    if (d.signal.aborted) return;
+    const name = d.config.name;
+    this.timer = setTimeout(() => {
+      d.probe
+        .read()
+        .then(async (reading) => {
+          // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
+          if (d.signal.aborted) return;
+          // Unknown, or changed and not readable yet (deleted): read again every poll.
+          if (!d.destinationCheck.known || d.pipeline.destinationHeld) await d.destinationCheck.recheck();
+          if (d.signal.aborted) return;
+          d.pipeline.keepAlive();
+          d.metrics.inFlightBytes.set({ link: name }, d.pipeline.bytes);
+          d.window.holding(d.pipeline.size, d.pipeline.bytes);
+          d.reading(reading);
+          const labels = { link: name };
+          d.metrics.backlogMessages.set(labels, reading.messages);
+          d.metrics.backlogAge.set(labels, reading.ageSeconds);
+          d.inspector.observeClock(reading.clockOffsetMs);
+          if (d.health.has("source")) d.health.clear("source");
+          d.stallWatch.observe(reading, d.loop.delivered, this.stallEligible());
+          if (!d.ownership.standby && d.lease.valid() && !d.resyncs.running) {
+            d.window.observe({
+              held: d.pipeline.size,
+              heldBytes: d.pipeline.bytes,
+              // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
+              awaitingDestination: d.health.has("dest") || d.health.has("refused") ? d.pipeline.size : d.publisher.inFlight,
+              sourcePending: reading.pending,
+            });
+          }
+          // Missed heartbeats said stalled: the source answers again and has nothing for the link.
+          if (d.health.has("stalled") && d.stallWatch.stalled === undefined && reading.pending === 0) d.health.clear("stalled");
+          // Connected again with nothing left to publish: no PubAck will come to say so.
+          if (d.health.has("dest") && d.watch.destConnected && d.destinationCheck.known && d.pipeline.size === 0) d.health.clear("dest");
+          // A refusal is about a message held; with none held (published since, or dropped for another
+          // owner), nothing is refused now.
+          if (d.health.has("refused") && d.pipeline.size === 0) d.health.clear("refused");
+          // Only the owner acts on a reading: a standby's would be queued and run, stale, when it takes over.
+          if (!d.resyncs.running && !d.ownership.standby && d.lease.valid()) d.inspector.inspect(reading);
+          d.health.refresh();
+          d.catchUpLog.observe(d.state(), reading);
+        })
+        .catch((err: unknown) => {
+          // The consumer's deletion is not always announced to a running pull (no pull request open at
+          // that moment); the probe sees it within a second, and the loop places a new cursor.
+          if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) && d.loop.pulled && !d.resyncs.running) {
+            d.health.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source consumer ${d.config.durableName} not found`));
+            d.loop.stopPulling();
+          }
+          d.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
+        })
+        .finally(() => {
+          d.guardWatch.poll();
+          d.pipeline.resume();
+          // A relay in standby has no consumer to read: its state follows the lease (who holds it).
+          if (d.ownership.standby) d.health.refresh();
+          this.schedule();
+        });
+    }, d.intervalMs);
+    this.timer.unref();
+  }
+}
