@@ -177,6 +177,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     ...(l.maxReplayAge === undefined ? {} : { maxReplayAgeMs: l.maxReplayAge }),
     stallAfterMs: l.stallAfter ?? DEFAULTS.stallAfterMs,
     ...(l.partitions === undefined ? {} : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
+    ...(l.maxRate === undefined ? {} : { maxRate: { ...(l.maxRate.messages === undefined ? {} : { messages: l.maxRate.messages }), ...(l.maxRate.bytes === undefined ? {} : { bytes: l.maxRate.bytes }) } }),
   };
 }
 

@@ -123,6 +123,14 @@ export interface LinkConfig {
   readonly partitions?: { readonly count: number; readonly token: number };
   /** Set on one partition of a partitioned link (see config/partitions.ts). */
   readonly partition?: { readonly index: number; readonly count: number; readonly link: string };
+  /** A cap on what the link pulls (link/rate-cap.ts): messages and/or bytes a second. Changes in place on a reload. */
+  readonly maxRate?: MaxRate;
+}
+
+/** A link's rate cap: either or both, each > 0 (per second). A partitioned link's is split among its partitions. */
+export interface MaxRate {
+  readonly messages?: number;
+  readonly bytes?: number;
 }
 
 export interface RelayConfig {

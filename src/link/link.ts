@@ -1,13 +1,12 @@
-import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
-import type { LinkConfig, RegionConfig } from "../config/types.js";
-import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import type { LinkConfig, MaxRate, RegionConfig } from "../config/types.js";
+import { ErrorCodes, toRelayError } from "../errors.js";
+import type { RelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
 import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkLease } from "../group/lease.js";
 import { sleep } from "../lifecycle/backoff.js";
-import { isApiCode } from "../nats/durable-consumer.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
@@ -23,9 +22,11 @@ import { linkStatus, ownershipOf } from "./link-status.js";
 import type { LinkStatus } from "./link-status.js";
 import { LinkHealth } from "./link-health.js";
 import { LinkWatch } from "./link-watch.js";
+import { LinkPoll } from "./link-poll.js";
 import { LinkWindow } from "./link-window.js";
 import { Ownership } from "./ownership.js";
 import { Pipeline } from "./pipeline.js";
+import { RateCap } from "./rate-cap.js";
 import { CatchUpLog } from "./progress-log.js";
 import { ResyncRunner } from "./resync-runner.js";
 import { SourceInspector } from "./source-inspector.js";
@@ -100,7 +101,10 @@ export class Link {
   /** Stall by progress (stall-watch.ts). */
   private readonly stallWatch: StallWatch;
   private backlog: BacklogReading | undefined;
-  private pollTimer: NodeJS.Timeout | undefined;
+  /** The backlog poll (link-poll.ts). */
+  private readonly poll: LinkPoll;
+  /** The rate cap between the consume loop and the pipeline (rate-cap.ts). */
+  private readonly rate: RateCap;
   private running: Promise<void> | undefined;
   /** Whether the guard's memory can be trusted (loss detection, settings under strict): nothing moves unless it is ok. */
   private readonly guardWatch: GuardWatch;
@@ -126,11 +130,12 @@ export class Link {
       recreated: () => this.inspector.recreated(),
     });
     const destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceStream.ref());
+    const acks = new SourceAcks(deps.source, sourceGate && (() => sourceGate.wrote(writer)));
     this.pipeline = new Pipeline({
       link: config,
       links: deps.links,
       guard: deps.guard,
-      acks: new SourceAcks(deps.source, sourceGate && (() => sourceGate.wrote(writer))),
+      acks,
       metrics: deps.metrics,
       logger: this.logger,
       markers: destination.markers(),
@@ -235,7 +240,18 @@ export class Link {
         guardResynced: () => this.guardWatch.resynced(),
       },
     });
-    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger });
+    this.rate = new RateCap({
+      link: config.name,
+      batchSize: config.batchSize,
+      ackWaitMs: config.ackWaitMs,
+      maxRate: config.maxRate,
+      metrics: deps.metrics,
+      logger: this.logger,
+      admit: (delivery) => this.pipeline.push(delivery),
+      mayAdmit: () => deps.lease.valid() && !this.abort.signal.aborted && this.state.state !== "failed",
+      working: (reply) => acks.working(reply),
+    });
+    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate });
     this.stallWatch = new StallWatch({
       stallAfterMs: config.stallAfterMs,
       filtered: config.from.filterSubject !== undefined,
@@ -280,6 +296,7 @@ export class Link {
       inspector: this.inspector,
       resync: this.resyncs,
       watch: this.watch,
+      rate: this.rate,
       owns: () => deps.lease.valid(),
       failed: () => this.state.state === "failed",
       cursorConfig: () => this.cursorConfig(),
@@ -305,6 +322,19 @@ export class Link {
       resync: this.resyncs,
       guardLossReason: () => this.guardWatch.lossReason,
       backlog: () => this.backlog,
+    });
+    // The poll reads and drives these parts of the link (link-poll.ts).
+    const { probe, destinationCheck, pipeline, window, inspector, health, stallWatch, loop, ownership, resyncs, publisher, watch, guardWatch, catchUpLog, state } = this;
+    this.poll = new LinkPoll({
+      name: config.name,
+      durableName: config.durableName,
+      intervalMs: deps.pollIntervalMs ?? 1_000,
+      metrics: deps.metrics,
+      logger: this.logger,
+      signal: this.abort.signal,
+      lease: deps.lease,
+      probe, destinationCheck, pipeline, window, inspector, health, stallWatch, loop, ownership, resyncs, publisher, watch, guardWatch, catchUpLog, state,
+      backlog: (reading) => (this.backlog = reading),
     });
   }
 
@@ -339,7 +369,7 @@ export class Link {
     this.watch.watchConnection(this.deps.source, "source");
     this.watch.watchConnection(this.deps.dest, "dest");
     this.running = this.loop.run().catch((err: unknown) => this.fail(toRelayError(err)));
-    this.schedulePoll();
+    this.poll.schedule();
   }
 
   /**
@@ -378,6 +408,11 @@ export class Link {
     this.ownership.setPreferred(preferred, reason);
   }
 
+  /** A new rate cap (a reload that changes only `maxRate`): applied to the running link at once. */
+  setMaxRate(maxRate: MaxRate | undefined): void {
+    this.window.setMaxRate(maxRate, this.deps.lease.valid() && !this.ownership.standby);
+  }
+
   /** The link's config as its cursor is created with: the window as MaxAckPending. */
   private cursorConfig(): LinkConfig {
     return { ...this.deps.config, inFlight: this.window.maxAckPending };
@@ -386,8 +421,9 @@ export class Link {
   private async doStop(signal?: AbortSignal): Promise<void> {
     this.abort.abort();
     this.destinationWatch.stop();
-    if (this.pollTimer) clearTimeout(this.pollTimer);
+    this.poll.stop();
     this.loop.stopPulling();
+    this.rate.clear(); // what the cap held stays unacked for the next owner
     await this.running;
     // A failed link's messages will not move, nor those of a relay without the lease: nothing to wait for
     // (they stay unacked for the next owner).
@@ -401,79 +437,6 @@ export class Link {
     await this.deps.lease.stop();
     this.state.set("stopped", "relay stopping");
     this.resolveClosed();
-  }
-
-  /**
-   * Whether the link should be moving now if the source has messages for it: it owns the link, is not
-   * resyncing or throttled, nothing holds it back (guard, destination, a refused message: troubles of
-   * their own) and the relay holds nothing (a full pipeline waits for its destination, not its source).
-   */
-  private stallEligible(): boolean {
-    if (this.ownership.standby || !this.deps.lease.valid() || this.resyncs.running || this.window.throttled || !this.loop.pulled) return false;
-    if (this.pipeline.size > 0) return false;
-    return this.health.nothingButStalled();
-  }
-
-  private schedulePoll(): void {
-    if (this.abort.signal.aborted) return;
-    this.pollTimer = setTimeout(() => {
-      this.probe
-        .read()
-        .then(async (reading) => {
-          // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
-          if (this.abort.signal.aborted) return;
-          // Unknown, or changed and not readable yet (deleted): read again every poll.
-          if (!this.destinationCheck.known || this.pipeline.destinationHeld) await this.destinationCheck.recheck();
-          if (this.abort.signal.aborted) return;
-          this.pipeline.keepAlive();
-          this.deps.metrics.inFlightBytes.set({ link: this.name }, this.pipeline.bytes);
-          this.window.holding(this.pipeline.size, this.pipeline.bytes);
-          this.backlog = reading;
-          const labels = { link: this.name };
-          this.deps.metrics.backlogMessages.set(labels, reading.messages);
-          this.deps.metrics.backlogAge.set(labels, reading.ageSeconds);
-          this.inspector.observeClock(reading.clockOffsetMs);
-          if (this.health.has("source")) this.health.clear("source");
-          this.stallWatch.observe(reading, this.loop.delivered, this.stallEligible());
-          if (!this.ownership.standby && this.deps.lease.valid() && !this.resyncs.running) {
-            this.window.observe({
-              held: this.pipeline.size,
-              heldBytes: this.pipeline.bytes,
-              // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
-              awaitingDestination: this.health.has("dest") || this.health.has("refused") ? this.pipeline.size : this.publisher.inFlight,
-              sourcePending: reading.pending,
-            });
-          }
-          // Missed heartbeats said stalled: the source answers again and has nothing for the link.
-          if (this.health.has("stalled") && this.stallWatch.stalled === undefined && reading.pending === 0) this.health.clear("stalled");
-          // Connected again with nothing left to publish: no PubAck will come to say so.
-          if (this.health.has("dest") && this.watch.destConnected && this.destinationCheck.known && this.pipeline.size === 0) this.health.clear("dest");
-          // A refusal is about a message held; with none held (published since, or dropped for another
-          // owner), nothing is refused now.
-          if (this.health.has("refused") && this.pipeline.size === 0) this.health.clear("refused");
-          // Only the owner acts on a reading: a standby's would be queued and run, stale, when it takes over.
-          if (!this.resyncs.running && !this.ownership.standby && this.deps.lease.valid()) this.inspector.inspect(reading);
-          this.health.refresh();
-          this.catchUpLog.observe(this.state.state, reading);
-        })
-        .catch((err: unknown) => {
-          // The consumer's deletion is not always announced to a running pull (no pull request open at
-          // that moment); the probe sees it within a second, and the loop places a new cursor.
-          if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) && this.loop.pulled && !this.resyncs.running) {
-            this.health.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source consumer ${this.deps.config.durableName} not found`));
-            this.loop.stopPulling();
-          }
-          this.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
-        })
-        .finally(() => {
-          this.guardWatch.poll();
-          this.pipeline.resume();
-          // A relay in standby has no consumer to read: its state follows the lease (who holds it).
-          if (this.ownership.standby) this.health.refresh();
-          this.schedulePoll();
-        });
-    }, this.deps.pollIntervalMs ?? 1_000);
-    this.pollTimer.unref();
   }
 
   private fail(err: RelayError): void {
