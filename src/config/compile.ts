@@ -178,6 +178,7 @@ function compileLink(l: ParsedLink): LinkConfig {
     stallAfterMs: l.stallAfter ?? DEFAULTS.stallAfterMs,
     ...(l.partitions === undefined ? {} : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
     startAt: l.startAt ?? DEFAULTS.startAt,
+    ...(l.maxRate === undefined ? {} : { maxRate: { ...(l.maxRate.messages === undefined ? {} : { messages: l.maxRate.messages }), ...(l.maxRate.bytes === undefined ? {} : { bytes: l.maxRate.bytes }) } }),
   };
 }
 

@@ -13,7 +13,8 @@
  * leases), `group` (a bucket or lease timing that differs between members would break ownership), and
  * `http.listen`. A source region's connection settings do change live: its connection is replaced and
  * its links restarted. `log.level`, `http.token`, `http.protectMetrics`, `shutdown.grace` and
- * `reload.watch` apply at once.
+ * `reload.watch` apply at once. A link's `maxRate` changes in place (`retuned`): the running link
+ * takes the new cap without a drain.
  */
 import { ErrorCodes, RelayError } from "../errors.js";
 import { leaseKey } from "./lease-key.js";
@@ -36,6 +37,21 @@ export interface ReloadPlan {
   readonly needsRestart: readonly string[];
   /** What runs after the reload: the new config, with the settings of `needsRestart` as they were. */
   readonly effective: RelayConfig;
+  /**
+   * Units whose only change is one that applies in place (`maxRate`): the running link takes the new
+   * config without a restart (not in `changed`). A unit not running yet is started with it instead.
+   */
+  readonly retuned: readonly LinkConfig[];
+}
+
+/** What a running link takes in place: a unit that differs only in these keeps running. */
+const IN_PLACE = ["maxRate"] as const;
+
+/** A unit without the settings that change in place (to compare the rest). */
+function withoutInPlace(unit: LinkConfig): LinkConfig {
+  const rest: Record<string, unknown> = { ...unit };
+  for (const key of IN_PLACE) delete rest[key];
+  return rest as unknown as LinkConfig;
 }
 
 /** The units the relay of `region` runs: links whose destination is its region, partitions as units. */
@@ -113,13 +129,15 @@ export function planReload(current: RelayConfig, next: RelayConfig, region: stri
   const added: LinkConfig[] = [];
   const changed: LinkConfig[] = [];
   const unchanged: string[] = [];
+  const retuned: LinkConfig[] = [];
   for (const unit of unitsOf(effective, region)) {
     const old = before.get(unit.name);
     if (!old) added.push(unit);
-    else if (unitFingerprint(old, current) !== unitFingerprint(unit, effective)) changed.push(unit);
-    else unchanged.push(unit.name);
+    else if (unitFingerprint(old, current) === unitFingerprint(unit, effective)) unchanged.push(unit.name);
+    else if (unitFingerprint(withoutInPlace(old), current) === unitFingerprint(withoutInPlace(unit), effective)) retuned.push(unit);
+    else changed.push(unit);
   }
-  const names = new Set([...added, ...changed].map((u) => u.name).concat(unchanged));
+  const names = new Set([...added, ...changed, ...retuned].map((u) => u.name).concat(unchanged));
   const removed = [...before.keys()].filter((name) => !names.has(name));
-  return { added, removed, changed, unchanged, reconnect, needsRestart, effective };
+  return { added, removed, changed, unchanged, reconnect, needsRestart, effective, retuned };
 }

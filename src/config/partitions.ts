@@ -1,4 +1,4 @@
-import type { LinkConfig } from "./types.js";
+import type { LinkConfig, MaxRate } from "./types.js";
 
 /**
  * The units a link is worked in: the link itself, or one per partition of a partitioned link. A
@@ -22,6 +22,15 @@ export function linkUnits(link: LinkConfig): LinkConfig[] {
       from: { ...link.from, filterSubject: fixed.join(".") },
       durableName: `${link.durableName}-p${index}`,
       partition: { index, count: partitions.count, link: link.name },
+      ...(link.maxRate === undefined ? {} : { maxRate: splitRate(link.maxRate, partitions.count) }),
     };
   });
+}
+
+/** A partitioned link's rate cap, shared evenly by its partitions (the link as a whole keeps to it). */
+function splitRate(rate: MaxRate, count: number): MaxRate {
+  return {
+    ...(rate.messages === undefined ? {} : { messages: rate.messages / count }),
+    ...(rate.bytes === undefined ? {} : { bytes: rate.bytes / count }),
+  };
 }

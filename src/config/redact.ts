@@ -149,6 +149,7 @@ export function redactConfig(config: RelayConfig): unknown {
       onGap: l.onGap,
       ...(l.maxReplayAgeMs === undefined ? {} : { maxReplayAgeMs: l.maxReplayAgeMs }),
       stallAfterMs: l.stallAfterMs,
+      ...(l.maxRate === undefined ? {} : { maxRate: { ...l.maxRate } }),
     };
   });
   return {

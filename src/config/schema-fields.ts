@@ -106,14 +106,19 @@ export const headerName = field((v) => {
   return s;
 });
 
+/** A size in bytes: an integer, or a number with a unit (KiB, MiB, GiB; 1024-based); undefined if it is neither. */
+export function sizeInBytes(v: unknown): number | undefined {
+  const units: Record<string, number> = { "": 1, b: 1, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 };
+  const m = typeof v === "number" ? [String(v), String(v), ""] : typeof v === "string" ? /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(v) : null;
+  const unit = units[(m?.[2] ?? "").toLowerCase()];
+  return !m || unit === undefined ? undefined : Number(m[1]) * unit;
+}
+
 /** A size in bytes: an integer, or a number with a unit (KiB, MiB, GiB; 1024-based). */
 export function byteSize(min: number, max: number) {
-  const units: Record<string, number> = { "": 1, b: 1, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 };
   return field((v) => {
-    const m = typeof v === "number" ? [String(v), String(v), ""] : typeof v === "string" ? /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(v) : null;
-    const unit = units[(m?.[2] ?? "").toLowerCase()];
-    if (!m || unit === undefined) fail(`must be a size such as "64MiB", "512KiB" or a number of bytes (got ${quote(v)})`);
-    const n = Number(m?.[1]) * (unit ?? 1);
+    const n = sizeInBytes(v);
+    if (n === undefined) fail(`must be a size such as "64MiB", "512KiB" or a number of bytes (got ${quote(v)})`);
     if (!Number.isSafeInteger(n) || n < min || n > max) fail(`must be from ${min} to ${max} bytes (got ${quote(v)})`);
     return n;
   });

@@ -19,6 +19,7 @@ import {
   nonEmptyString,
   obj,
   oneOf,
+  sizeInBytes,
   subject,
 } from "./schema-fields.js";
 
@@ -93,6 +94,40 @@ const startAt = z.unknown().transform((v, ctx): StartAt => {
   return z.NEVER;
 });
 
+/** The most a rate cap takes: 10 million messages, 64 GiB a second (beyond anything a link moves). */
+const MAX_MESSAGE_RATE = 10_000_000;
+const MAX_BYTE_RATE = 64 * 1024 ** 3;
+
+/** A rate per second: a number, or a string ending in "/s" (`2000/s`, `2MiB/s`). Checks the value is > 0. */
+function perSecond(example: string, read: (amount: unknown) => number | undefined, max: number) {
+  return field((v) => {
+    const amount = typeof v === "string" ? /^\s*(.*?)\s*\/\s*s\s*$/.exec(v)?.[1] : typeof v === "number" ? v : undefined;
+    const n = amount === undefined ? undefined : read(amount);
+    if (n === undefined || !Number.isFinite(n)) fail(`must be a rate per second such as ${example} (got ${quote(v)})`);
+    if (n <= 0) fail(`must be > 0 (got ${quote(v)}): leave maxRate out for no cap`);
+    if (n > max) fail(`must be at most ${max} a second (got ${quote(v)})`);
+    return n;
+  });
+}
+
+/** Messages a second: `2000/s` or 2000 (fractions allowed: `0.5/s`). */
+const messageRate = perSecond('"2000/s"', (a) => (typeof a === "number" ? a : typeof a === "string" && /^\d+(\.\d+)?$/.test(a) ? Number(a) : undefined), MAX_MESSAGE_RATE);
+
+/** Bytes a second: `2MiB/s`, `512KiB/s`, or a whole number of bytes (KiB, MiB, GiB are 1024-based, as for inFlightBytes). */
+const byteRate = perSecond('"2MiB/s", "512KiB/s" or a number of bytes', (a) => {
+  const n = sizeInBytes(a);
+  return n !== undefined && Number.isSafeInteger(n) ? n : undefined;
+}, MAX_BYTE_RATE);
+
+/** `maxRate: { messages: 2000/s, bytes: 2MiB/s }`: either or both. */
+const MaxRateSchema = obj({ messages: messageRate.optional(), bytes: byteRate.optional() }).check((ctx) => {
+  // Said only of a cap with nothing else wrong (an unknown key is the likelier mistake).
+  const v = ctx.value;
+  if (ctx.issues.length === 0 && v.messages === undefined && v.bytes === undefined) {
+    ctx.issues.push({ code: "custom", message: 'must set messages, bytes or both, e.g. { messages: "2000/s", bytes: "2MiB/s" }', input: undefined });
+  }
+});
+
 export const LinkSchema = obj({
   name: linkName,
   from: obj({
@@ -126,4 +161,5 @@ export const LinkSchema = obj({
   guard: GuardSchema.optional(),
   partitions: obj({ count: integer(2, 1_024), token: integer(1, 32) }).optional(),
   startAt: startAt.optional(),
+  maxRate: MaxRateSchema.optional(),
 });

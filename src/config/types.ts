@@ -125,6 +125,14 @@ export interface LinkConfig {
   readonly partition?: { readonly index: number; readonly count: number; readonly link: string };
   /** Where a new link starts, only while the destination holds no record of it (link/start-at.ts). */
   readonly startAt: StartAt;
+  /** A cap on what the link pulls (link/rate-cap.ts): messages and/or bytes a second. Changes in place on a reload. */
+  readonly maxRate?: MaxRate;
+}
+
+/** A link's rate cap: either or both, each > 0 (per second). A partitioned link's is split among its partitions. */
+export interface MaxRate {
+  readonly messages?: number;
+  readonly bytes?: number;
 }
 
 /**

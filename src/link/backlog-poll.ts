@@ -65,9 +65,9 @@ export class BacklogPoll {
 
   /**
    * Whether the link should be moving now if the source has messages for it: it owns the link, is not
-   * resyncing or throttled, nothing holds it back (guard, destination, a refused message, an operator's
-   * pause: troubles of their own) and the relay holds nothing (a full pipeline waits for its
-   * destination, not its source).
+   * resyncing or throttled (inFlightBytes reached, or held by its rate cap), nothing holds it back
+   * (guard, destination, a refused message, an operator's pause: troubles of their own) and the relay
+   * holds nothing (a full pipeline waits for its destination, not its source).
    */
   private stallEligible(): boolean {
     const { ownership, lease, resyncs, window, loop, pipeline, health } = this.deps;

@@ -25,6 +25,7 @@ import type { LinkWatch } from "./link-watch.js";
 import type { LinkWindow } from "./link-window.js";
 import type { OperatorPause } from "./operator-pause.js";
 import type { Ownership } from "./ownership.js";
+import type { RateCap } from "./rate-cap.js";
 import type { ResyncRunner } from "./resync-runner.js";
 import type { SourceInspector } from "./source-inspector.js";
 import type { SourceStream } from "./source-stream.js";
@@ -68,6 +69,8 @@ export interface ConsumeLoopDeps {
   readonly watch: Pick<LinkWatch, "watchConsumer">;
   /** An operator's pause (operator-pause.ts): nothing is pulled while it holds. */
   readonly operator?: Pick<OperatorPause, "holding" | "changed">;
+  /** The rate cap (rate-cap.ts): deliveries go to the pipeline through it, in order, at the capped rate. */
+  readonly rate: Pick<RateCap, "offer" | "clear">;
   /** This relay holds the link's lease. */
   owns(): boolean;
   /** The link failed (final): nothing more is taken. */
@@ -124,6 +127,8 @@ export class ConsumeLoop {
     const js = jetstream(source, domain ? { domain } : {});
     await guard.ready;
     while (!signal.aborted && !this.deps.failed()) {
+      // The pull ended: what the rate cap held stays unacked, and the cursor placed below puts it first.
+      this.deps.rate.clear();
       if (ownership.handingOver) await ownership.handOver();
       if (!(await ownership.holdLease())) return;
       // Paused by an operator (or not known yet): what the pipeline holds finishes by itself; nothing
@@ -249,7 +254,7 @@ export class ConsumeLoop {
       const delivery = toDelivery(m);
       if (this.order.deliveriesLost(delivery)) return;
       if (!this.deps.inspector.delivered(delivery.streamSequence, delivery.deliveryCount === 1)) return;
-      pipeline.push(delivery);
+      this.deps.rate.offer(delivery); // into the pipeline now, or once the rate cap allows
       window.receive(m.data.length);
       window.holding(pipeline.size, pipeline.bytes);
     } catch (err) {

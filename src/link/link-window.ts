@@ -1,10 +1,11 @@
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
-import type { LinkConfig } from "../config/types.js";
+import type { LinkConfig, MaxRate } from "../config/types.js";
 import { toRelayError } from "../errors.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import type { RelayMetrics } from "../observability/metrics.js";
+import type { RateCap } from "./rate-cap.js";
 import { WINDOW_LIMITS, WindowController } from "./window-controller.js";
 import type { WindowLimit } from "./window-controller.js";
 
@@ -34,6 +35,9 @@ export interface WindowStatus {
   readonly ratePerSec: number;
   /** The window the measured rate needs over the measured round trip (rate × RTT × 2). */
   readonly neededForRtt?: number;
+  /** The link's rate cap (maxRate, per second), and the seconds it has held the link so far. */
+  readonly maxRate?: MaxRate;
+  readonly rateCappedSeconds?: number;
 }
 
 export interface LinkWindowDeps {
@@ -42,6 +46,8 @@ export interface LinkWindowDeps {
   readonly jsm: () => JetStreamManager | undefined;
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
+  /** The rate cap feeding the window (rate-cap.ts): what it holds counts as held, and its cap is a ceiling. */
+  readonly rate: Pick<RateCap, "maxRate" | "size" | "bytes" | "heldSince" | "heldWithin" | "set" | "cappedSeconds">;
 }
 
 /**
@@ -71,6 +77,7 @@ export class LinkWindow {
   /** What the consumer's MaxAckPending is now (as last set or created). */
   private applied: number;
   private updating: Promise<void> | undefined;
+  private observedAt = performance.now();
 
   constructor(private readonly deps: LinkWindowDeps) {
     const { config } = deps;
@@ -92,8 +99,20 @@ export class LinkWindow {
     return this.applied;
   }
 
+  /** inFlightBytes reached, or the rate cap holds the link (or did within the last second). */
   get throttled(): boolean {
-    return this.held;
+    return this.held || this.deps.rate.heldWithin(1_000);
+  }
+
+  /**
+   * A new rate cap (a reload): the gate and the window's ceiling take it at once; `owner`: the consumer's
+   * MaxAckPending follows now (else when this relay places the cursor).
+   */
+  setMaxRate(maxRate: MaxRate | undefined, owner: boolean): void {
+    this.deps.rate.set(maxRate);
+    const window = this.controller.setMaxRate(maxRate);
+    this.deps.logger.info({ maxRate: maxRate ?? "none", window }, "rate cap changed");
+    if (owner && !this.held) this.set(window, { maxRate, limit: this.controller.limit }, "pull window resized to the new rate cap");
   }
 
   /** A delivery arrived. */
@@ -122,6 +141,7 @@ export class LinkWindow {
       capBytes: config.inFlightBytes,
       batchSize: config.batchSize,
       initial: initialWindow(config),
+      ...(this.deps.rate.maxRate !== undefined ? { maxRate: this.deps.rate.maxRate } : {}),
       ...(sizes.avgMessageBytes !== undefined && sizes.avgMessageBytes > 0 ? { avgMessageBytes: sizes.avgMessageBytes } : {}),
       ...(sizes.maxMessageBytes !== undefined && sizes.maxMessageBytes > 0 ? { maxMessageBytes: sizes.maxMessageBytes } : {}),
     });
@@ -131,7 +151,10 @@ export class LinkWindow {
    * The relay's holdings changed: the byte bound (inFlightBytes) is checked at every delivery and poll.
    * Reached, MaxAckPending drops to what is held; below half, it returns to the window.
    */
-  holding(size: number, bytes: number): void {
+  holding(pipelineSize: number, pipelineBytes: number): void {
+    // What the rate cap holds is held too (received, not acked).
+    const size = pipelineSize + this.deps.rate.size;
+    const bytes = pipelineBytes + this.deps.rate.bytes;
     const bound = this.deps.config.inFlightBytes;
     if (!this.held && bytes >= bound) {
       this.held = true;
@@ -145,7 +168,10 @@ export class LinkWindow {
   /** One poll: sizes the window from what the link did since the last one (owner only). */
   observe(now: { held: number; heldBytes: number; awaitingDestination: number; sourcePending: number }): void {
     this.measureRtt();
+    const since = this.observedAt;
+    this.observedAt = performance.now();
     const decision = this.controller.observe({
+      rateCapped: this.deps.rate.heldSince(since),
       nowMs: performance.now(),
       rttMs: this.rttMs,
       delivered: this.delivered,
@@ -177,6 +203,7 @@ export class LinkWindow {
       ...(this.rttMs !== undefined ? { rttMs: Math.round(this.rttMs * 10) / 10 } : {}),
       ratePerSec: Math.round(this.ratePerSec),
       ...(this.neededForRtt !== undefined ? { neededForRtt: this.neededForRtt } : {}),
+      ...(this.deps.rate.maxRate !== undefined ? { maxRate: this.deps.rate.maxRate, rateCappedSeconds: Math.round(this.deps.rate.cappedSeconds * 10) / 10 } : {}),
     };
   }
 

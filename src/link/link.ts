@@ -1,6 +1,6 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
-import type { LinkConfig, RegionConfig } from "../config/types.js";
+import type { LinkConfig, MaxRate, RegionConfig } from "../config/types.js";
 import { ErrorCodes, toRelayError } from "../errors.js";
 import type { RelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
@@ -28,6 +28,7 @@ import { LinkWindow } from "./link-window.js";
 import { OperatorPause } from "./operator-pause.js";
 import { Ownership } from "./ownership.js";
 import { Pipeline } from "./pipeline.js";
+import { RateCap } from "./rate-cap.js";
 import { CatchUpLog } from "./progress-log.js";
 import { ResyncRunner } from "./resync-runner.js";
 import { SourceInspector } from "./source-inspector.js";
@@ -107,6 +108,8 @@ export class Link {
   private readonly poll: BacklogPoll;
   /** An operator's pause (operator-pause.ts): the group's control key for the link. */
   private readonly operator: OperatorPause;
+  /** The rate cap between the consume loop and the pipeline (rate-cap.ts). */
+  private readonly rate: RateCap;
   private running: Promise<void> | undefined;
   /** Whether the guard's memory can be trusted (loss detection, settings under strict): nothing moves unless it is ok. */
   private readonly guardWatch: GuardWatch;
@@ -132,11 +135,12 @@ export class Link {
       recreated: () => this.inspector.recreated(),
     });
     const destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceStream.ref());
+    const acks = new SourceAcks(deps.source, sourceGate && (() => sourceGate.wrote(writer)));
     this.pipeline = new Pipeline({
       link: config,
       links: deps.links,
       guard: deps.guard,
-      acks: new SourceAcks(deps.source, sourceGate && (() => sourceGate.wrote(writer))),
+      acks,
       metrics: deps.metrics,
       logger: this.logger,
       markers: destination.markers(),
@@ -241,7 +245,18 @@ export class Link {
         guardResynced: () => this.guardWatch.resynced(),
       },
     });
-    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger });
+    this.rate = new RateCap({
+      link: config.name,
+      batchSize: config.batchSize,
+      ackWaitMs: config.ackWaitMs,
+      maxRate: config.maxRate,
+      metrics: deps.metrics,
+      logger: this.logger,
+      admit: (delivery) => this.pipeline.push(delivery),
+      mayAdmit: () => deps.lease.valid() && !this.abort.signal.aborted && this.state.state !== "failed",
+      working: (reply) => acks.working(reply),
+    });
+    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate });
     this.stallWatch = new StallWatch({
       stallAfterMs: config.stallAfterMs,
       filtered: config.from.filterSubject !== undefined,
@@ -301,6 +316,7 @@ export class Link {
       resync: this.resyncs,
       watch: this.watch,
       operator: this.operator,
+      rate: this.rate,
       owns: () => deps.lease.valid(),
       failed: () => this.state.state === "failed",
       cursorConfig: () => this.cursorConfig(),
@@ -429,6 +445,11 @@ export class Link {
     this.operator.set(value);
   }
 
+  /** A new rate cap (a reload that changes only `maxRate`): applied to the running link at once. */
+  setMaxRate(maxRate: MaxRate | undefined): void {
+    this.window.setMaxRate(maxRate, this.deps.lease.valid() && !this.ownership.standby);
+  }
+
   /** The link's config as its cursor is created with: the window as MaxAckPending. */
   private cursorConfig(): LinkConfig {
     return { ...this.deps.config, inFlight: this.window.maxAckPending };
@@ -439,6 +460,7 @@ export class Link {
     this.destinationWatch.stop();
     this.poll.stop();
     this.loop.stopPulling();
+    this.rate.clear(); // what the cap held stays unacked for the next owner
     await this.running;
     // A failed link's messages will not move, nor those of a relay without the lease: nothing to wait for
     // (they stay unacked for the next owner).

@@ -31,15 +31,20 @@
  *    wait inside the relay: guard, CPU). No growth: a larger window would only queue more inside.
  *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
  *    starts with it.
+ *  - "rate cap": the link's maxRate (rate-cap.ts) held deliveries since the last observation: no growth
+ *    (the link gets all the cap allows). The cap is also a ceiling: the window never exceeds what the
+ *    cap needs, max(rate × 1 s, rate × RTT × HEADROOM) (bytes over the average message), so the first
+ *    window is at most that burst and nothing waits behind the cap much longer than that.
  * The window never goes below batchSize (one pull) nor above max(batchSize, caps). `changed` is true only
  * when the window moved by ≥ 25 % or reached/left a cap or the batchSize floor; smaller moves are not
  * taken at all, so `window` is always what the caller last applied (MaxAckPending updates stay rare).
  *
  * Pure: no timers, no I/O, no globals; all time comes from the samples.
  */
+import type { MaxRate } from "../config/types.js";
 
 /** What holds a link's window where it is (see the module comment). */
-export const WINDOW_LIMITS = ["rtt", "bytes cap", "messages cap", "destination", "relay", "idle"] as const;
+export const WINDOW_LIMITS = ["rtt", "bytes cap", "messages cap", "destination", "relay", "idle", "rate cap"] as const;
 export type WindowLimit = (typeof WINDOW_LIMITS)[number];
 
 export interface WindowSample {
@@ -58,6 +63,8 @@ export interface WindowSample {
   readonly awaitingDestination: number;
   /** Messages waiting at the source (consumer num_pending). */
   readonly sourcePending: number;
+  /** The link's rate cap held deliveries since the previous observation (rate-cap.ts). */
+  readonly rateCapped?: boolean;
 }
 
 export interface WindowDecision {
@@ -88,6 +95,8 @@ export interface WindowControllerOptions {
   readonly avgMessageBytes?: number;
   /** The worst case (stream max_msg_size or max_payload), used for the bytes cap only before anything was measured and without avgMessageBytes. */
   readonly maxMessageBytes?: number;
+  /** The link's rate cap: the window stops at what it needs (see "rate cap" in the module comment). */
+  readonly maxRate?: MaxRate;
 }
 
 /** startingWindow judges the round trip at this rate (msgs/s). */
@@ -122,10 +131,24 @@ const validSize = (n: number | undefined): number | undefined => (n !== undefine
 /** How many messages of avgBytes capBytes holds (Infinity: size unknown). */
 const bytesCapOf = (capBytes: number, avgBytes: number | undefined): number => (avgBytes === undefined ? Infinity : Math.floor(capBytes / avgBytes));
 
+type CapLimit = "messages cap" | "bytes cap" | "rate cap";
+
 /** The largest window allowed, and which cap sets it. Never below batchSize. */
-function capOf(capMessages: number, byBytes: number, batchSize: number): { cap: number; capLimit: "messages cap" | "bytes cap" } {
-  const capLimit = byBytes < capMessages ? "bytes cap" : "messages cap";
-  return { cap: Math.max(batchSize, Math.min(capMessages, byBytes)), capLimit };
+function capOf(capMessages: number, byBytes: number, batchSize: number, byRate = Infinity): { cap: number; capLimit: CapLimit } {
+  const capLimit = byRate < Math.min(capMessages, byBytes) ? "rate cap" : byBytes < capMessages ? "bytes cap" : "messages cap";
+  return { cap: Math.max(batchSize, Math.min(capMessages, byBytes, byRate)), capLimit };
+}
+
+/**
+ * The window a rate cap needs: what the capped rate moves in max(1 s, RTT × HEADROOM), in messages (the
+ * bytes rate over the average message). Infinity without a cap (or a bytes cap before any size is known).
+ */
+export function rateCapWindow(maxRate: MaxRate | undefined, avgBytes: number | undefined, rttMs: number | undefined): number {
+  if (maxRate === undefined) return Infinity;
+  const seconds = Math.max(1, rttMs !== undefined && Number.isFinite(rttMs) && rttMs > 0 ? (rttMs * HEADROOM) / 1000 : 0);
+  const byMessages = maxRate.messages === undefined ? Infinity : Math.ceil(maxRate.messages * seconds);
+  const byBytes = maxRate.bytes === undefined || avgBytes === undefined ? Infinity : Math.floor((maxRate.bytes * seconds) / avgBytes);
+  return Math.min(byMessages, byBytes);
 }
 
 const clamp = (n: number, lo: number, hi: number): number => Math.min(hi, Math.max(lo, Math.floor(n)));
@@ -146,10 +169,12 @@ export function startingWindow(opts: {
   avgMessageBytes?: number;
   maxMessageBytes?: number;
   initial?: number;
+  maxRate?: MaxRate;
 }): { window: number; limit: WindowLimit; neededForRtt?: number; cap: number } {
   const batchSize = positiveInt(opts.batchSize, "batchSize");
-  const byBytes = bytesCapOf(opts.capBytes, validSize(opts.avgMessageBytes) ?? validSize(opts.maxMessageBytes));
-  const { cap, capLimit } = capOf(positiveInt(opts.capMessages, "capMessages"), byBytes, batchSize);
+  const avgBytes = validSize(opts.avgMessageBytes) ?? validSize(opts.maxMessageBytes);
+  const byBytes = bytesCapOf(opts.capBytes, avgBytes);
+  const { cap, capLimit } = capOf(positiveInt(opts.capMessages, "capMessages"), byBytes, batchSize, rateCapWindow(opts.maxRate, avgBytes, opts.rttMs));
   const wanted = opts.initial ?? GROWTH * batchSize;
   const window = clamp(wanted, batchSize, cap);
   if (opts.rttMs === undefined || !Number.isFinite(opts.rttMs) || opts.rttMs < 0) return { window, limit: window < wanted ? capLimit : "rtt", cap };
@@ -183,6 +208,7 @@ export class WindowController {
   private shrunk: { readonly from: number; readonly completionPerSec: number } | undefined;
   /** A shrink that cost throughput was undone: no shrinking below this while the destination limits. */
   private destinationFloor = 0;
+  private maxRate: MaxRate | undefined;
 
   constructor(opts: WindowControllerOptions) {
     this.capMessages = positiveInt(opts.capMessages, "capMessages");
@@ -191,6 +217,7 @@ export class WindowController {
     this.batchSize = positiveInt(opts.batchSize, "batchSize");
     this.avgBytes = validSize(opts.avgMessageBytes) ?? validSize(opts.maxMessageBytes);
     this.bytesCap = bytesCapOf(this.capBytes, this.avgBytes);
+    this.maxRate = opts.maxRate;
     const start = startingWindow({ ...opts, avgMessageBytes: this.avgBytes });
     this.current = start.window;
     if (start.window < (opts.initial ?? GROWTH * this.batchSize)) this.currentLimit = start.limit;
@@ -202,6 +229,20 @@ export class WindowController {
 
   get limit(): WindowLimit {
     return this.currentLimit;
+  }
+
+  /**
+   * The rate cap changed (a reload): the ceiling follows at once. Returns the window to apply now: the
+   * current one, or the new ceiling when the window is above it (limit "rate cap").
+   */
+  setMaxRate(maxRate: MaxRate | undefined): number {
+    this.maxRate = maxRate;
+    const { cap, capLimit } = this.cap();
+    if (this.current > cap) {
+      this.current = cap;
+      this.currentLimit = capLimit;
+    }
+    return this.current;
   }
 
   observe(sample: WindowSample): WindowDecision {
@@ -224,7 +265,11 @@ export class WindowController {
     const window = this.current;
     let next = window;
     let limit: WindowLimit;
-    if (sample.held >= window * HELD_MOST) {
+    if (sample.rateCapped === true) {
+      // The cap held deliveries back: the window brings all the cap allows, more would only wait here.
+      limit = "rate cap";
+      this.leaveDestination();
+    } else if (sample.held >= window * HELD_MOST) {
       if (sample.awaitingDestination >= sample.held * AWAITING_MOST) {
         limit = "destination";
         next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
@@ -306,8 +351,8 @@ export class WindowController {
     if (!Number.isFinite(this.bytesCap) || Math.abs(measured - this.bytesCap) >= BYTES_CAP_STEP * this.bytesCap) this.bytesCap = measured;
   }
 
-  private cap(): { cap: number; capLimit: "messages cap" | "bytes cap" } {
-    return capOf(this.capMessages, this.bytesCap, this.batchSize);
+  private cap(): { cap: number; capLimit: CapLimit } {
+    return capOf(this.capMessages, this.bytesCap, this.batchSize, rateCapWindow(this.maxRate, this.avgBytes, this.rttMs));
   }
 
   /** A move worth a MaxAckPending update: ≥ 25 %, or onto/off the cap or the batchSize floor. */

@@ -21,6 +21,8 @@ export interface StreamFacts {
   readonly sourced: boolean;
   /** The stream's `max_msg_size`; 0 or less when it sets none. */
   readonly maxMsgSize?: number;
+  /** From its first message's publish time to its last's (ms), with two messages or more: `messages` over it is the source's average rate. */
+  readonly spanMs?: number;
 }
 
 export type StreamFact =
@@ -34,6 +36,7 @@ export type StreamFact =
 /** A stream's facts from its info. */
 export function streamFacts(info: StreamInfo): StreamFact {
   const c = info.config;
+  const spanMs = Date.parse(info.state.last_ts) - Date.parse(info.state.first_ts);
   return {
     kind: "found",
     stream: {
@@ -50,6 +53,7 @@ export function streamFacts(info: StreamInfo): StreamFact {
         (info.sources?.length ?? 0) > 0 ||
         c.mirror !== undefined ||
         (c.sources?.length ?? 0) > 0,
+      ...(info.state.messages > 1 && Number.isFinite(spanMs) && spanMs > 0 ? { spanMs } : {}),
     },
   };
 }

@@ -277,6 +277,18 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "When the relay last loaded its config (at start, or a successful reload), in seconds since the epoch",
       registers,
     }),
+    rateCappedSeconds: new Counter({
+      name: "relay_link_rate_capped_seconds_total",
+      help: "Time the link spent held by its rate cap (maxRate): deliveries waiting for the cap's tokens",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    maxRate: new Gauge({
+      name: "relay_link_max_rate",
+      help: "The link's rate cap (maxRate) per second, by unit (messages|bytes); no series for a unit without a cap",
+      labelNames: ["link", "unit"] as const,
+      registers,
+    }),
   };
 }
 

@@ -2,10 +2,10 @@
  * The region rows: whether the check reached each region of a link, and the pull window the round
  * trip to the source region calls for.
  */
-import type { LinkConfig } from "../config/types.js";
-import type { StreamFact } from "../nats/stream-facts.js";
+import type { LinkConfig, MaxRate } from "../config/types.js";
+import type { StreamFact, StreamFacts } from "../nats/stream-facts.js";
 import { windowPerSecond } from "../nats/pull-window.js";
-import { REFERENCE_RATE_PER_SEC, startingWindow } from "../link/window-controller.js";
+import { REFERENCE_RATE_PER_SEC, rateCapWindow, startingWindow } from "../link/window-controller.js";
 import { initialWindow } from "../link/link-window.js";
 import { skipped, where } from "./check-helpers.js";
 import type { CheckResult, RegionFact } from "./facts.js";
@@ -62,9 +62,15 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
   const byBytes = start.cap < link.inFlight;
   const capWhy = byBytes ? `inFlightBytes ${mib(link.inFlightBytes)} over messages of ~${mib(avg ?? 0)} on average` : `inFlight ${link.inFlight}`;
   const base = `starts at ${start.window} messages and sizes itself to the round trip, up to ${start.cap} (${capWhy})`;
-  if (rtt === undefined) return { name, level: "ok", detail: `${base}; round trip to ${link.from.region} not measured` };
-  const detail = `${base}; round trip from here ${rtt} ms: ${REFERENCE_RATE_PER_SEC} msgs/s needs ~${start.neededForRtt ?? 0}, the cap allows ~${windowPerSecond(start.cap, rtt)} msgs/s`;
-  if (start.limit === "rtt" || rtt < WAN_RTT_MS) return { name, level: "ok", detail };
+  // The rate cap (maxRate) beside the window: the window stops at what the capped rate needs.
+  const rateWindow = rateCapWindow(link.maxRate, avg, rtt);
+  const capNote = link.maxRate === undefined ? "" : `; rate cap ${formatRate(link.maxRate)}: the window stops at ~${Math.max(link.batchSize, Math.min(start.cap, rateWindow))}`;
+  const slow = rateCapBelowSource(link, s);
+  if (slow !== undefined) return { name, level: "warning", detail: `${base}${capNote}; ${slow}`, fix: `raise links[${link.name}].maxRate above the source's rate, or the link cannot catch up while the source keeps that pace (README, "Rate caps")` };
+  if (rtt === undefined) return { name, level: "ok", detail: `${base}; round trip to ${link.from.region} not measured${capNote}` };
+  const detail = `${base}; round trip from here ${rtt} ms: ${REFERENCE_RATE_PER_SEC} msgs/s needs ~${start.neededForRtt ?? 0}, the cap allows ~${windowPerSecond(start.cap, rtt)} msgs/s${capNote}`;
+  // Capped below what the window allows: the window is not what limits the link.
+  if (start.limit === "rtt" || rtt < WAN_RTT_MS || rateWindow <= start.cap) return { name, level: "ok", detail };
   const needed = start.neededForRtt ?? link.inFlight;
   const raise = byBytes
     ? `links[${link.name}].inFlightBytes: ${configSize(Math.min(MAX_IN_FLIGHT_BYTES, Math.ceil(needed * (avg ?? 1))))} (the window it needs × the average message)`
@@ -75,4 +81,25 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
     detail,
     fix: `across this round trip the cap holds the window below what ${REFERENCE_RATE_PER_SEC} msgs/s needs: ${raise} (README, "A link across a WAN")`,
   };
+}
+
+const formatRate = (r: MaxRate): string =>
+  [r.messages !== undefined ? `${+r.messages.toFixed(2)} msgs/s` : undefined, r.bytes !== undefined ? `${mib(r.bytes)}/s` : undefined].filter((x) => x !== undefined).join(", ");
+
+/**
+ * The rate cap is below the source's average rate over what it holds (its messages and bytes over the
+ * time from its first message to its last): a link capped there falls further behind while the source
+ * keeps that pace. Undefined when it is not (or there is no cap, or no span to judge by, or the link reads
+ * only part of the stream: a filter's share of the rate is not known).
+ */
+function rateCapBelowSource(link: LinkConfig, s: StreamFacts): string | undefined {
+  const cap = link.maxRate;
+  if (cap === undefined || s.spanMs === undefined || link.from.filterSubject !== undefined) return undefined;
+  const seconds = s.spanMs / 1000;
+  const messages = s.messages / seconds;
+  const bytes = s.bytes === undefined ? undefined : s.bytes / seconds;
+  const below = (cap.messages !== undefined && cap.messages < messages) || (cap.bytes !== undefined && bytes !== undefined && cap.bytes < bytes);
+  if (!below) return undefined;
+  const took = `~${Math.round(messages)} msgs/s${bytes !== undefined ? `, ${mib(bytes)}/s` : ""}`;
+  return `the cap is below the source's average rate over what it holds (${took})`;
 }

@@ -344,11 +344,15 @@ export class Relay {
       this.reloadFailed(err, trigger);
       throw err;
     }
+    // What changes in place (maxRate) applies to a running link; one not running yet is started with it.
+    const idle = plan.retuned.filter((u) => !this.links.some((l) => l.name === u.name));
+    if (idle.length > 0) plan = { ...plan, changed: [...plan.changed, ...idle], retuned: plan.retuned.filter((u) => !idle.includes(u)) };
     const at = new Date();
     this.deps.logger.level = next.log.level;
     this.config = plan.effective;
     for (const path of plan.needsRestart)
       this.logger.warn({ path }, `needs a restart: ${path} (the running value is kept until then)`);
+    for (const unit of plan.retuned) for (const link of this.links.filter((l) => l.name === unit.name)) link.setMaxRate(unit.maxRate);
     // What goes or changes stops: a start still waiting is called off, a running link drains (within shutdown.grace).
     const drain = AbortSignal.timeout(next.shutdownGraceMs);
     const stopping = new Set([...plan.removed, ...plan.changed.map((u) => u.name)]);
@@ -411,6 +415,7 @@ export class Relay {
       unchanged: [...plan.unchanged],
       needsRestart: [...plan.needsRestart],
       ...(notStarted.length > 0 ? { notStarted } : {}),
+      ...(plan.retuned.length > 0 ? { retuned: names(plan.retuned) } : {}),
     };
     this.loaded = { hash, at };
     this.lastReload = report;

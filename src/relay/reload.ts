@@ -32,6 +32,8 @@ export interface ReloadReport {
    * Any of them makes the result `partial`.
    */
   readonly notStarted?: readonly { readonly link: string; readonly reason: string }[];
+  /** Running link units that took a change in place (`maxRate`), without a drain or a restart. */
+  readonly retuned?: readonly string[];
 }
 
 interface LabelledMetric {

@@ -399,7 +399,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt, maxRate)",
     ]);
   });
 
