@@ -9,12 +9,15 @@ import { publishMany } from "../helpers/streams.js";
 /**
  * A link's rate cap (maxRate, src/link/rate-cap.ts) holds what it pulls to the cap. The rate is read from
  * the relay's own counter (relay_messages_total) at two moments the test takes, over an interval it
- * measures itself: not a wall-clock assertion on how fast the relay could go. 5 s at 2,000 msgs/s
- * (10,000 messages) stands in for the issue's 30 s, to keep the suite short.
+ * measures itself: not a wall-clock assertion on how fast the relay could go. `npm test` measures 5 s at
+ * 2,000 msgs/s (10,000 messages); `RATE_CAP_SECONDS=30` measures 30 s (the backlog grows to match).
  */
-test("a 2,000 msgs/s cap holds within 10 % over 5 s of a 20,000-message backlog; a reload changes the cap without a restart; every id once, in order", async (t) => {
+const SECONDS = Number(process.env["RATE_CAP_SECONDS"] ?? 5);
+const BACKLOG = 2_000 * (SECONDS + 5);
+
+test(`a 2,000 msgs/s cap holds within 10 % over ${SECONDS} s of a ${BACKLOG}-message backlog; a reload changes the cap without a restart; every id once, in order`, async (t) => {
   const r = await twoRegions(t);
-  const ids = await publishIds(r.nca, r.src, "m", 20_000);
+  const ids = await publishIds(r.nca, r.src, "m", BACKLOG);
   const yaml = (cap: string) => r.yaml(`    maxRate: ${cap}\n`);
   const { relay } = await startRelay(t, yaml('{ messages: "2000/s" }'), "b");
   const relayed = () => metricValue(relay, "relay_messages_total", { link: "a-to-b", outcome: "relayed" });
@@ -31,14 +34,14 @@ test("a 2,000 msgs/s cap holds within 10 % over 5 s of a 20,000-message backlog;
   // Past the first second's burst (the bucket starts full) and the start: steady state.
   await check(async () => (await relayed()) >= 3_000, { name: "the link moves (3,000 relayed)", timeoutMs: 15_000, intervalMs: 50 });
 
-  const capped = await rateOver(5_000);
+  const capped = await rateOver(SECONDS * 1_000);
   t.diagnostic(`capped at 2,000/s: ${capped.count} in ${capped.seconds.toFixed(2)} s`);
   assert.ok(Math.abs(capped.rate - 2_000) <= 200, `2,000 msgs/s ± 10 %: relayed ${capped.count} in ${capped.seconds.toFixed(2)} s (${Math.round(capped.rate)}/s)`);
   const status = relay.status().links[0]?.window;
   assert.deepEqual(status?.maxRate, { messages: 2_000 }, `/status shows the cap: ${JSON.stringify(status)}`);
   assert.equal(status?.limit, "rate cap", `the window names the cap as what holds it: ${JSON.stringify(status)}`);
   assert.equal(await metricValue(relay, "relay_window_limit", { link: "a-to-b", limit: "rate cap" }), 1);
-  assert.ok((await metricValue(relay, "relay_link_rate_capped_seconds_total", { link: "a-to-b" })) >= 4, "the time held by the cap is counted");
+  assert.ok((await metricValue(relay, "relay_link_rate_capped_seconds_total", { link: "a-to-b" })) >= SECONDS - 1, "the time held by the cap is counted");
 
   // A lower cap, in place: the link is not restarted (no drain, no lease released and taken again), the rate follows.
   const leases = () => Promise.all(["acquired", "released"].map((reason) => metricValue(relay, "relay_lease_transitions_total", { link: "a-to-b", reason })));
