@@ -102,6 +102,8 @@ export function destinationItem(
           ? `${at} does not exist: apply creates it with the subjects that could be worked out`
           : `${at} does not exist`,
       changes,
+      // A new destination holds no record of its links: each starts where its `startAt` says.
+      notes: need.starts.map((s) => `link ${s.link} starts at ${s.startAt}${s.startAt === "earliest" ? " (the first message its source holds)" : ""}, unless its source consumer exists already`),
       create: {
         subjects: need.subjects,
         retention: "limits",

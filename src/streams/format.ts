@@ -104,7 +104,7 @@ export function formatPlan(plan: StreamsPlan, ctx: HintContext): string {
     if (r.error === undefined && r.items.length === 0)
       out.push(`  no link has its destination in ${r.region}: nothing to provision`);
     for (const item of r.items) {
-      out.push(itemHeader(item.status, item), `${INDENT}${item.detail}`);
+      out.push(itemHeader(item.status, item), `${INDENT}${item.detail}`, ...(item.notes ?? []).map((n) => `${INDENT}${n}`));
       const partial = item.status === "refused" || item.status === "blocked";
       for (const c of item.changes)
         out.push(...changeLines(c, planMade(c, plan.force), plan.force, partial ? "apply makes it" : ""));

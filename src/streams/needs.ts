@@ -14,6 +14,7 @@
 import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { replayHorizonMs } from "../preflight/checks.js";
 import { destinationPatterns, sourcePatterns } from "../link/binding.js";
+import { describeStartAt } from "../link/start-at.js";
 import type { StreamFact } from "../nats/stream-facts.js";
 import { isSubsetOf, patternProblem } from "../protocol/subjects.js";
 import type { DeadLetterNeed, DestinationNeed, RegionNeeds } from "./types.js";
@@ -82,6 +83,7 @@ export function regionNeeds(
     destinations.push({
       stream,
       links: into.map((l) => l.name),
+      starts: into.map((l) => ({ link: l.name, startAt: describeStartAt(l.startAt) })),
       subjects: minimalPatterns(subjects),
       duplicateWindowMs: replayHorizonMs(windowLink),
       windowLink: windowLink.name,

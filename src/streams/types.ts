@@ -18,6 +18,8 @@ export interface DestinationNeed {
   readonly stream: string;
   /** The links writing into it, in config order. */
   readonly links: readonly string[];
+  /** Where each of those links starts while the destination holds no record of it (`startAt`). */
+  readonly starts: readonly { readonly link: string; readonly startAt: string }[];
   /** Every pattern the links publish to, without a pattern that another one contains. */
   readonly subjects: readonly string[];
   /** The largest replay horizon of its links. */
@@ -164,6 +166,8 @@ export interface PlanItem {
   readonly changes: readonly Change[];
   /** A stream to create. */
   readonly create?: StreamTarget;
+  /** Lines said of the stream beside its changes (for a destination to create: where its links start). */
+  readonly notes?: readonly string[];
   /** A stream to update. */
   readonly update?: StreamUpdate;
 }

@@ -11,6 +11,7 @@ import {
   serverAtLeast,
   statusOf,
 } from "../../src/streams/diff.js";
+import { formatPlan } from "../../src/streams/format.js";
 import { regionNeeds } from "../../src/streams/needs.js";
 import type { ExistingFact, ExistingStream, PlanItem, RegionFacts } from "../../src/streams/types.js";
 
@@ -89,6 +90,23 @@ function item(items: readonly PlanItem[], kind: PlanItem["kind"], name?: string)
 }
 
 describe("needs", () => {
+  test("a destination to create says where each of its links starts (startAt), in the plan and its text", () => {
+    const c = config(`
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: D } }
+  - { name: c-to-b, from: { region: c, stream: S }, to: { region: b, stream: D }, startAt: { seq: 42 } }
+`);
+    const created = item(plan(c, { D: MISSING }), "destination", "D");
+    assert.equal(created.status, "create");
+    assert.deepEqual(created.notes, [
+      "link a-to-b starts at earliest (the first message its source holds), unless its source consumer exists already",
+      "link c-to-b starts at seq 42, unless its source consumer exists already",
+    ]);
+    const text = formatPlan({ regions: [{ region: "b", server: "127.0.0.1:2", serverVersion: "2.9.10", clustered: false, items: [created] }], force: false }, { config: "relay.yaml" });
+    assert.match(text, /does not exist\n\s+link a-to-b starts at earliest/);
+    const existing = item(plan(c, { D: stream({ name: "D", subjects: ["S.>"] }) }), "destination", "D");
+    assert.equal(existing.notes, undefined, "an existing destination may hold the links' records: no start said");
+  });
+
   test("links into one stream merge their transformed subjects; the window is the largest replay horizon", () => {
     const c = config(`
   - { name: a-to-b, from: { region: a, stream: S, filter: "orders.>" }, to: { region: b, stream: D, subject: { stripPrefix: "orders.", addPrefix: "a." } } }
