@@ -614,11 +614,30 @@ async function midBurst(
   what: string,
 ): Promise<Promise<unknown>> {
   const d0 = await count(r.ncb, r.dst);
-  const publishing = publishIds(r.nca, r.src, prefix, size);
+  // Published in twelve paced chunks (~2 s): a relay that keeps up with the publisher cannot get ahead
+  // of it, so whatever the machine's speed, part of the burst is still to come when the fault lands.
+  const chunk = Math.ceil(size / 12);
+  const publishing = (async () => {
+    for (let from = 0; from < size; from += chunk) {
+      // A chunk that meets the fault (a source leader election) is published again: the same ids,
+      // so the source's duplicate window keeps one copy of each.
+      const until = Date.now() + 30_000;
+      for (;;) {
+        try {
+          await publishIds(r.nca, r.src, prefix, Math.min(chunk, size - from), from);
+          break;
+        } catch (err) {
+          if (Date.now() > until) throw err;
+          await delay(250);
+        }
+      }
+      await delay(150);
+    }
+  })();
   publishing.catch(() => undefined); // awaited after the fault
-  // The fault lands at a random point of the burst, chosen by progress, not by time: a relay that keeps
-  // up with the publisher gets through thousands of messages in 100 ms. Polled often for the same reason.
-  const at = 0.1 + Math.random() * 0.5;
+  // The fault lands at a random point of the burst, chosen by progress, not by time. Polled often: a
+  // relay that keeps up moves a chunk within milliseconds of its publish.
+  const at = 0.1 + Math.random() * 0.4;
   await check(async () => (await streamCount(r.ncb, r.dst)) >= d0 + size * at, {
     name: `${what}: relaying a burst, ${Math.round(at * 100)} % of it`,
     timeoutMs: 60_000,
