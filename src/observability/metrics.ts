@@ -98,7 +98,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     windowLimit: new Gauge({
       name: "relay_window_limit",
-      help: "1 for what holds the link's pull window where it is now (rtt, bytes cap, messages cap, destination, relay, idle), 0 for the others",
+      help: "1 for what holds the link's pull window where it is now (rtt, bytes cap, messages cap, destination, relay, idle, rate cap), 0 for the others",
       labelNames: ["link", "limit"] as const,
       registers,
     }),
