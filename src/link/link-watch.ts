@@ -26,6 +26,12 @@ export interface LinkWatchDeps {
     stalled(reason: string): void;
     /** The destination connection is back: changes announced while it was away were lost. */
     destReconnected(): void;
+    /**
+     * The destination connection went away (false) or is back (true). Gone, what awaits a PubAck is
+     * rolled back at once: published again first, in order, once it is back (the late retry looks in
+     * the destination first), so nothing newer is published on the new connection before it.
+     */
+    destUp(up: boolean): void;
   };
 }
 
@@ -65,7 +71,10 @@ export class LinkWatch {
         // silent (or the server hung), with the connection still open on the server's side.
         if (s.type === "staleConnection" && side === "source") this.silentSource = true;
         if (s.type === "disconnect") {
-          if (side === "dest") this.destUp = false;
+          if (side === "dest") {
+            this.destUp = false;
+            events.destUp(false);
+          }
           events.trouble(side, new RelayError(ErrorCodes.NATS_CONNECT, `${side} region disconnected`));
         }
         if (s.type === "reconnect" && side === "source" && this.silentSource) {
@@ -74,6 +83,7 @@ export class LinkWatch {
         }
         if (s.type === "reconnect" && side === "dest") {
           this.destUp = true;
+          events.destUp(true);
           events.destReconnected(); // changes announced while it was away were lost
         }
         // With messages waiting, the first PubAck (pipeline.healthy) says the destination is back;

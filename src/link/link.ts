@@ -294,6 +294,7 @@ export class Link {
         clear: (kind) => this.health.clear(kind),
         stalled: (reason) => this.health.stalled(reason),
         destReconnected: () => this.destinationWatch.reconnected(),
+        destUp: (up) => this.pipeline.setPublisher(up ? this.publisher : undefined),
       },
     });
     this.loop = new ConsumeLoop({
