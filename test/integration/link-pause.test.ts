@@ -75,7 +75,8 @@ test("link pause/resume across a group: the owner stops pulling under load, the 
   assert.deepEqual({ by: shown?.operatorPause?.by, reason: shown?.operatorPause?.reason }, { by: "ops@test", reason: "destination maintenance" });
   assert.equal(first.relay.readiness().ready, true, "a link paused by an operator does not make the relay unready");
   for (const [r, who] of [[first.relay, "owner"], [second.relay, "standby"]] as const) {
-    await check(async () => (await metricValue(r, "relay_link_paused", { link: "a-to-b" })) === 1, { name: `relay_link_paused 1 on the ${who}`, timeoutMs: 5_000 });
+    // A member learns of the pause by its watch, or at the latest by its read every group.renew (default 1 s).
+    await check(async () => (await metricValue(r, "relay_link_paused", { link: "a-to-b" })) === 1, { name: `relay_link_paused 1 on the ${who}`, timeoutMs: 15_000 });
   }
 
   // Nothing more is relayed while the source grows.
