@@ -325,6 +325,7 @@ test("a handover waiting on a full destination meets a lost lease: the old owner
   });
   // The second member joins: placement moves one link to it, and the first starts handing that one over.
   const second = await member(t, config);
+  const probes = [watch(t, first.url), watch(t, second.url)];
   const { handing } = await check(
     () => {
       const line = first.process.output().split("\n").find((l) => l.includes("handing the link over"));
@@ -351,9 +352,13 @@ test("a handover waiting on a full destination meets a lost lease: the old owner
     throw new Error(`${String(err)}\nlast /status: ${JSON.stringify(await linkOf(first, handing))}`, { cause: err });
   });
   for (const p of pairs) await updateStream(r.ncb, p.dst, { max_msgs: -1 });
+  for (const p of pairs) await waitForCount(r.ncb, p.dst, 1_000, 60_000, `${p.link}: everything relayed once the destination has room`);
+  const liveness = mergeLiveness(await Promise.all(probes.map((p) => p.stop())));
   for (const p of pairs) {
-    await waitForCount(r.ncb, p.dst, 1_000, 60_000, `${p.link}: everything relayed once the destination has room`);
-    const report = await checkDelivery({ fault: `handover meets a lost lease, ${p.link}`, dest: r.ncb, stream: p.dst, source: await readSource(r.nca, p.src) });
+    const report = {
+      ...(await checkDelivery({ fault: `handover meets a lost lease, ${p.link}`, dest: r.ncb, stream: p.dst, source: await readSource(r.nca, p.src) })),
+      ...(liveness ? { liveness } : {}),
+    };
     await recordRow(report);
     assertDelivery(report);
   }
