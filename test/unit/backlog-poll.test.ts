@@ -1,0 +1,114 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import pino from "pino";
+import { parseConfigText } from "../../src/config/load.js";
+import type { RelayError } from "../../src/errors.js";
+import type { BacklogReading } from "../../src/link/backlog.js";
+import { BacklogPoll } from "../../src/link/backlog-poll.js";
+import { SourceInspector } from "../../src/link/source-inspector.js";
+import { createMetrics } from "../../src/observability/metrics.js";
+import { check } from "../helpers/check.js";
+
+/**
+ * Review item 11: only the owner acts on a reading of the source. A standby's reading shows the
+ * consumer's ack floor, not what the owner holds: a window the owner pulled and holds (seq 11-30 here,
+ * ack floor 10) looks lost to it once the source deletes it. A standby with `onGap: halt` that acted on
+ * that would halt and stop contending, and the link would have no owner left when the owner goes.
+ * (On 2.9.10 the server moves the ack floor over such messages within moments, so a test on real servers
+ * cannot make a standby read it on demand; this drives the poll with that reading.)
+ */
+const config = parseConfigText(
+  `
+regions:
+  a: { servers: ["nats://127.0.0.1:1"] }
+  b: { servers: ["nats://127.0.0.1:2"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: S }, to: { region: b, stream: S }, onGap: halt }
+`,
+  "unit",
+).links[0];
+
+/** Seq 1-50 deleted by a limit while the consumer's ack floor is 10: 11-50 look lost to a reader. */
+const reading: BacklogReading = {
+  pending: 50,
+  ackPending: 20,
+  messages: 70,
+  ageSeconds: 1,
+  deliveredSeq: 30,
+  ackFloor: 10,
+  streamFirstSeq: 51,
+  streamMessages: 50,
+  streamLastSeq: 100,
+  at: new Date().toISOString(),
+};
+
+function poll(role: { standby: boolean; leaseValid: boolean }) {
+  if (!config) throw new Error("no link in the config");
+  const metrics = createMetrics(undefined, { defaultMetrics: false });
+  const logger = pino({ level: "silent" });
+  const halted: RelayError[] = [];
+  const inspector = new SourceInspector({ config, metrics, logger, fail: (err) => halted.push(err), requestResync: () => {} });
+  const abort = new AbortController();
+  let reads = 0;
+  const p = new BacklogPoll({
+    config,
+    metrics,
+    logger,
+    signal: abort.signal,
+    intervalMs: 1,
+    probe: {
+      read: () => {
+        reads++;
+        return Promise.resolve(reading);
+      },
+    },
+    destinationCheck: { known: true, recheck: () => Promise.resolve() },
+    pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {} },
+    window: { holding: () => {}, observe: () => {}, throttled: false },
+    inspector,
+    health: { has: () => false, clear: () => {}, trouble: () => {}, refresh: () => {}, nothingButStalled: () => true },
+    stallWatch: { observe: () => {}, stalled: undefined },
+    loop: { delivered: 30, pulled: true, stopPulling: () => {} },
+    ownership: { standby: role.standby },
+    lease: { valid: () => role.leaseValid },
+    resyncs: { running: false },
+    publisher: { inFlight: 0 },
+    watch: { destConnected: true },
+    catchUpLog: { observe: () => {} },
+    guardWatch: { poll: () => {} },
+    state: () => (role.standby ? "standby" : "live"),
+    reading: () => {},
+  });
+  p.start();
+  return {
+    halted,
+    metrics,
+    reads: () => reads,
+    stop: () => {
+      abort.abort();
+      p.stop();
+    },
+  };
+}
+
+test("a standby never acts on its reading: with onGap halt it does not halt on what looks lost to it", async () => {
+  const standby = poll({ standby: true, leaseValid: false });
+  try {
+    await check(() => standby.reads() >= 5, { name: "the standby read the source five times", timeoutMs: 5_000 });
+    assert.deepEqual(standby.halted, [], "the standby did not halt");
+    const gaps = (await standby.metrics.registry.getSingleMetric("relay_gap_messages_total")?.get())?.values ?? [];
+    assert.equal(gaps.reduce((n, v) => n + v.value, 0), 0, "the standby reported no gap");
+  } finally {
+    standby.stop();
+  }
+});
+
+test("the owner acts on the same reading: the gap is reported and onGap halt applied (the test above can fail)", async () => {
+  const owner = poll({ standby: false, leaseValid: true });
+  try {
+    await check(() => owner.halted.length > 0, { name: "the owner halted", timeoutMs: 5_000 });
+    assert.match(owner.halted[0]?.message ?? "", /source seq 11-50 \(40 messages\) deleted before they were relayed; onGap is halt/);
+  } finally {
+    owner.stop();
+  }
+});
