@@ -11,11 +11,17 @@ import type { AddressInfo, Server, Socket } from "node:net";
  *   const p = await startBlackHoleProxy({ port: node.port });
  *   p.blackHole();   // a client connected through p.port hears nothing, and is not told
  *   p.restore();
+ *
+ * `blackHole({ record: true })` also keeps what clients send into the hole (`swallowed()`): the
+ * requests the server never got, for a test that must know a given one was lost before it restores.
  */
 export interface BlackHoleProxy {
   readonly port: number;
   readonly blackHoled: boolean;
-  blackHole(): void;
+  /** `record`: keep what clients send from now until `restore()` (off by default: a long hole under load would keep it all). */
+  blackHole(opts?: { record?: boolean }): void;
+  /** What clients sent into the last black hole begun with `record` (in arrival order, all connections together). */
+  swallowed(): Buffer;
   restore(): void;
   close(): Promise<void>;
 }
@@ -31,6 +37,11 @@ export async function startBlackHoleProxy(target: { port: number; host?: string 
   const host = target.host ?? "127.0.0.1";
   const pairs = new Set<Pair>();
   let holed = false;
+  let recording = false;
+  let recorded: Buffer[] = [];
+  const swallow = (d: Buffer): void => {
+    if (recording) recorded.push(d);
+  };
 
   const end = (pair: Pair): void => {
     pairs.delete(pair);
@@ -44,7 +55,7 @@ export async function startBlackHoleProxy(target: { port: number; host?: string 
       // Accepted, and nothing ever answers: what a client sees connecting into a black hole.
       const pair: Pair = { client, upstream: undefined, silenced: true };
       pairs.add(pair);
-      client.on("data", () => undefined);
+      client.on("data", swallow);
       client.on("close", () => end(pair)).on("error", () => end(pair));
       return;
     }
@@ -54,6 +65,7 @@ export async function startBlackHoleProxy(target: { port: number; host?: string 
     pairs.add(pair);
     client.on("data", (d: Buffer) => {
       if (!pair.silenced) upstream.write(d);
+      else swallow(d);
     });
     upstream.on("data", (d: Buffer) => {
       if (!pair.silenced) client.write(d);
@@ -67,12 +79,18 @@ export async function startBlackHoleProxy(target: { port: number; host?: string 
     get blackHoled() {
       return holed;
     },
-    blackHole() {
+    blackHole(opts = {}) {
       holed = true;
+      recording = opts.record === true;
+      recorded = [];
       for (const p of pairs) p.silenced = true;
+    },
+    swallowed() {
+      return Buffer.concat(recorded);
     },
     restore() {
       holed = false;
+      recording = false;
       for (const p of [...pairs]) if (p.silenced) end(p);
     },
     close: async () => {
