@@ -56,7 +56,7 @@ export const ErrorCodes = {
    */
   GUARD_STATE_LOST: "GUARD_STATE_LOST",
   /**
-   * The guard refused a claim or commit made under an older lease epoch than one it has seen for the
+   * The guard refused a claim or commit made under an older lease revision than one it has seen for the
    * link: another relay of the group owns the link now (this one was paused past its lease).
    */
   LEASE_FENCED: "LEASE_FENCED",

@@ -87,7 +87,7 @@ function describeFetchError(err: unknown): string {
 }
 
 export function formatTable(status: RelayStatus): string {
-  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "EPOCH", "RELAYED", "DEAD-LETTERED", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "WINDOW", "RTT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
+  const header = ["LINK", "FROM", "TO", "STATE", "SINCE", "OWNER", "LEASE REV", "RELAYED", "DEAD-LETTERED", "BACKLOG", "BACKLOG AGE", "IN FLIGHT", "WINDOW", "RTT", "CORRECTIONS", "GAPS", "GUARD", "LAST ERROR"];
   const rows = status.links.map((l) => [
     l.name,
     l.from,
@@ -95,7 +95,7 @@ export function formatTable(status: RelayStatus): string {
     l.state,
     l.stateSince,
     l.ownership ? (l.ownership.self ? "this relay" : (l.ownership.owner ?? "-")) : "-",
-    l.ownership?.epoch !== undefined ? String(l.ownership.epoch) : "-",
+    leaseRevisionCell(l.ownership),
     String(l.messages?.["relayed"] ?? 0),
     String(l.messages?.["dead_lettered"] ?? 0),
     String(l.backlog?.messages ?? "?"),
@@ -110,6 +110,12 @@ export function formatTable(status: RelayStatus): string {
     l.lastError ? `${l.lastError.code} at ${l.lastError.at}` : "-",
   ]);
   return table(header, rows);
+}
+
+/** The LEASE REV cell: the owner's lease revision; a relay before the rename shows it only as `epoch`. */
+function leaseRevisionCell(ownership: RelayStatus["links"][number]["ownership"]): string {
+  const revision = ownership?.leaseRevision ?? ownership?.epoch;
+  return revision !== undefined ? String(revision) : "-";
 }
 
 /** Each link's last error in full, wrapped to `width` columns (the table shows only its code). */

@@ -39,7 +39,7 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
 /**
  * The bucket's incarnation: its stream's creation time (ms since the epoch). A bucket deleted and
  * created again (`nats kv rm`, an R1 bucket lost, a rebuilt region) restarts its revisions at 1, so
- * a lease epoch (a revision) only compares with epochs of the same incarnation.
+ * a lease revision only compares with lease revisions of the same incarnation.
  */
 export async function bucketIncarnation(kv: KV): Promise<number> {
   const bucket = asBucket(kv, "bucketIncarnation");

@@ -6,7 +6,8 @@ import type { CompiledLeaseOptions, LeaseState } from "./types.js";
 /**
  * The group bucket as one lease uses it: opened (created when missing) on first use, forgotten when
  * it is gone so the next step opens it again, and its incarnation (creation time) followed, so that a
- * bucket deleted and created again, whose revisions (epochs) start over, is noticed.
+ * bucket deleted and created again, whose revisions (lease revisions among them) start over, is
+ * noticed.
  */
 
 export interface LeaseBucketEvents {

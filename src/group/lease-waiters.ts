@@ -1,10 +1,11 @@
 /**
  * The callers waiting in `LinkLease.acquired()` for this member to become owner: resolved with the
- * epoch when it does, rejected when the lease stops or its loop fails, or by their own abort signal.
+ * lease revision when it does, rejected when the lease stops or its loop fails, or by their own abort
+ * signal.
  */
 
 interface Waiter {
-  resolve(epoch: number): void;
+  resolve(leaseRevision: number): void;
   reject(err: unknown): void;
 }
 
@@ -20,7 +21,7 @@ export class AcquireWaiters {
         signal?.removeEventListener("abort", onAbort);
       };
       const waiter: Waiter = {
-        resolve: (epoch) => (settle(), resolve(epoch)),
+        resolve: (leaseRevision) => (settle(), resolve(leaseRevision)),
         reject: (err) => (settle(), reject(err as Error)),
       };
       this.waiters.add(waiter);
@@ -28,8 +29,8 @@ export class AcquireWaiters {
     });
   }
 
-  resolveAll(epoch: number): void {
-    for (const w of [...this.waiters]) w.resolve(epoch);
+  resolveAll(leaseRevision: number): void {
+    for (const w of [...this.waiters]) w.resolve(leaseRevision);
   }
 
   rejectAll(err: unknown): void {

@@ -22,15 +22,16 @@ export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
  * - Acquire: `create` when the key is absent, `update` on the revision of a delete tombstone, or `update`
  *   on a revision this member has seen unchanged for the lease duration *stored in it* (its writer's
  *   `leaseMs`; this member's own for values without one) by its own clock (never by the stored wall
- *   time). The acquiring revision is the epoch; renewals keep it.
+ *   time). The acquiring write's revision is the lease revision; renewals keep it.
  * - Owner deadline: the local time a successful write was *sent* + the leaseMs that write stored −
  *   renewMs/2. A contender can only take over that leaseMs after it *received* the last revision, which
  *   is after that send: the two intervals never overlap, whatever the wall clocks say, and whatever
  *   `group.lease` each member runs with.
  * - Incarnation: the bucket's creation time. A bucket deleted and created again restarts its revisions,
- *   so the epoch is only meaningful with it (the guard's fence compares it first). A member that sees the
- *   bucket re-created under it stops owning at once and takes no key in the new bucket until the longest
- *   lease it has seen has passed (an owner that has not noticed yet has stopped by then).
+ *   so the lease revision is only meaningful with it (the guard's fence compares it first). A member
+ *   that sees the bucket re-created under it stops owning at once and takes no key in the new bucket
+ *   until the longest lease it has seen has passed (an owner that has not noticed yet has stopped by
+ *   then).
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
@@ -49,7 +50,8 @@ export class LinkLease {
   private readonly bucket: LeaseBucket;
   /** Revision of our last successful write (0: none known); what a renewal or release CASes on. */
   private revision = 0;
-  private heldEpoch: number | undefined;
+  /** The lease revision held (the revision of the write that acquired the lease). */
+  private heldRevision: number | undefined;
   /** `valid()` is `owner && now() < deadline`. */
   private readonly deadline: OwnerDeadline;
   /** What this member knows of the lease while it does not hold it. */
@@ -138,17 +140,21 @@ export class LinkLease {
     return this.contender.eligible;
   }
 
-  /** The KV revision at which this member acquired the lease; kept while `owner` and `lost`, else undefined. */
-  get epoch(): number | undefined {
-    return this.heldEpoch;
+  /**
+   * The lease revision: the KV revision of the write by which this member acquired the lease (renewals
+   * keep it); kept while `owner` and `lost`, else undefined. Older versions called it the epoch.
+   */
+  get leaseRevision(): number | undefined {
+    return this.heldRevision;
   }
 
   /**
-   * The incarnation (creation time, ms) of the bucket the epoch is a revision of; set with `epoch`. The
-   * guard's fence compares it before the epoch: a new bucket's revisions start again at 1.
+   * The incarnation (creation time, ms) of the bucket the lease revision is a revision of; set with
+   * `leaseRevision`. The guard's fence compares it before the lease revision: a new bucket's revisions
+   * start again at 1.
    */
   get incarnation(): number | undefined {
-    return this.heldEpoch === undefined ? undefined : this.heldIncarnation;
+    return this.heldRevision === undefined ? undefined : this.heldIncarnation;
   }
 
   /**
@@ -171,12 +177,12 @@ export class LinkLease {
   }
 
   /**
-   * Resolves with the epoch once this member is owner (at once if it is). Rejects with `signal.reason`
-   * when `signal` aborts, and with an AbortError when the lease stops first.
+   * Resolves with the lease revision once this member is owner (at once if it is). Rejects with
+   * `signal.reason` when `signal` aborts, and with an AbortError when the lease stops first.
    */
   acquired(signal?: AbortSignal): Promise<number> {
     if (signal?.aborted) return Promise.reject(signal.reason as Error);
-    if (this.valid() && this.heldEpoch !== undefined) return Promise.resolve(this.heldEpoch);
+    if (this.valid() && this.heldRevision !== undefined) return Promise.resolve(this.heldRevision);
     if (this.stopping) return Promise.reject(stoppedError());
     return this.waiters.wait(signal);
   }
@@ -259,7 +265,7 @@ export class LinkLease {
   /** Forgets what we held, once the loop has ended. */
   private forget(): void {
     this.revision = 0;
-    this.heldEpoch = undefined;
+    this.heldRevision = undefined;
     this.heldIncarnation = undefined;
   }
 
@@ -270,7 +276,7 @@ export class LinkLease {
         const kv = await this.bucket.open();
         this.watch(kv, signal);
         if (this.current === "lost") {
-          this.heldEpoch = undefined;
+          this.heldRevision = undefined;
           this.setState("contending");
         }
         if (this.current === "owner") {
@@ -322,8 +328,9 @@ export class LinkLease {
   }
 
   private async tryAcquire(kv: KV, lastRevision: number, why: string, signal: AbortSignal, resumes = false): Promise<boolean> {
-    // The revision is an epoch of the bucket's incarnation of the moment: read it before and after the
-    // write. Equal, the write went to that bucket; a bucket re-created meanwhile is not acquired in.
+    // The revision becomes a lease revision of the bucket's incarnation of the moment: read that before
+    // and after the write. Equal, the write went to that bucket; a bucket re-created meanwhile is not
+    // acquired in.
     const incarnation = await this.bucket.readIncarnation(kv);
     if (this.bucket.noteIncarnation(incarnation) || signal.aborted) return false;
     const sentAt = this.now();
@@ -343,7 +350,7 @@ export class LinkLease {
     this.contender.observed = undefined;
     if (this.bucket.noteIncarnation(await this.bucket.readIncarnation(kv))) return false;
     if (signal.aborted) return false;
-    this.heldEpoch = revision;
+    this.heldRevision = revision;
     this.heldIncarnation = incarnation;
     this.deadline.extend(sentAt);
     this.otherHolder = undefined;
@@ -364,21 +371,21 @@ export class LinkLease {
     if (signal.aborted || this.current !== "owner") return;
     const sentAt = this.now();
     if (sentAt >= this.deadline.at) return this.lose("lease deadline passed before a renewal succeeded");
-    const epoch = this.heldEpoch;
+    const leaseRevision = this.heldRevision;
     // Until this one succeeds, retry soon (several attempts fit before the deadline).
     this.deadline.retrySoon(sentAt);
     let revision: number;
     try {
-      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, epoch), this.revision, this.opts.requestTimeoutMs);
+      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, leaseRevision), this.revision, this.opts.requestTimeoutMs);
     } catch (err) {
-      if (this.current !== "owner" || this.heldEpoch !== epoch) return; // lost meanwhile
-      if (isCasConflict(err)) return this.afterConflict(kv, epoch);
+      if (this.current !== "owner" || this.heldRevision !== leaseRevision) return; // lost meanwhile
+      if (isCasConflict(err)) return this.afterConflict(kv, leaseRevision);
       this.renewalMissed = true;
       throw err;
     }
     this.revision = revision; // ours even if the deadline passed meanwhile: a release must delete it
     this.trouble.recovered();
-    if (signal.aborted || this.current !== "owner" || this.heldEpoch !== epoch) return;
+    if (signal.aborted || this.current !== "owner" || this.heldRevision !== leaseRevision) return;
     if (this.renewalMissed) {
       this.renewalMissed = false;
       this.opts.onTransition?.("renewed-late");
@@ -388,18 +395,19 @@ export class LinkLease {
 
   /**
    * A renewal's CAS failed: either someone else wrote the key (lose at once), or an earlier renewal of
-   * ours landed after it timed out (the key still names us with our epoch: carry on from there).
+   * ours landed after it timed out (the key still names us with our lease revision: carry on from
+   * there).
    */
-  private async afterConflict(kv: KV, epoch: number | undefined): Promise<void> {
+  private async afterConflict(kv: KV, leaseRevision: number | undefined): Promise<void> {
     let entry: KvEntry | null;
     try {
       entry = await kv.get(this.opts.key);
     } catch (err) {
       return this.lose(`renewal conflicted and the key is unreadable: ${toRelayError(err).message}`);
     }
-    if (this.current !== "owner" || this.heldEpoch !== epoch) return;
+    if (this.current !== "owner" || this.heldRevision !== leaseRevision) return;
     const value = entry?.operation === "PUT" ? readValue(entry) : undefined;
-    if (entry && value?.owner === this.opts.owner && (value.epoch ?? entry.revision) === epoch) {
+    if (entry && value?.owner === this.opts.owner && (value.leaseRevision ?? entry.revision) === leaseRevision) {
       this.logger.info({ revision: entry.revision }, "an earlier renewal landed after its request timed out; renewing from it");
       this.revision = entry.revision;
       this.deadline.renewNow();
@@ -437,9 +445,9 @@ export class LinkLease {
 
   /**
    * The bucket's incarnation changed from `known` to `incarnation`: it was deleted and created again,
-   * so its revisions (epochs) start over. An owner stops at once; nobody takes a key in it until the
-   * longest lease seen has passed (an owner of the old bucket that has not noticed stops by its own
-   * deadline first).
+   * so its revisions (lease revisions) start over. An owner stops at once; nobody takes a key in it
+   * until the longest lease seen has passed (an owner of the old bucket that has not noticed stops by
+   * its own deadline first).
    */
   private bucketRecreated(known: number, incarnation: number): void {
     this.contender.recreated(this.now());
@@ -484,6 +492,6 @@ export class LinkLease {
     const from = this.current;
     this.current = next;
     const level = next === "lost" ? "warn" : "info";
-    this.logger[level]({ from, to: next, epoch: this.heldEpoch, ...(reason ? { reason } : {}) }, `lease ${next}`);
+    this.logger[level]({ from, to: next, leaseRevision: this.heldRevision, ...(reason ? { reason } : {}) }, `lease ${next}`);
   }
 }

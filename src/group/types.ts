@@ -61,11 +61,18 @@ export interface CompiledLeaseOptions {
   readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
 }
 
-/** The JSON value stored under the lease key. `renewedAt` is informational: no decision reads it. */
+/**
+ * The value stored under the lease key, as read (lease-value.ts encodes and decodes its JSON).
+ * `renewedAt` is informational: no decision reads it.
+ */
 export interface LeaseValue {
   readonly owner: string;
-  /** Absent in the acquiring write (its revision becomes the epoch), present in every renewal. */
-  readonly epoch?: number;
+  /**
+   * The lease revision: the KV revision of the write that acquired the lease. Absent in the acquiring
+   * write (its own revision becomes the lease revision), present in every renewal. Stored under the
+   * JSON key `epoch` (its name before), which relays of every version read (lease-value.ts).
+   */
+  readonly leaseRevision?: number;
   /** Wall time of the write (ISO 8601), for operators reading the bucket. */
   readonly renewedAt: string;
   /**

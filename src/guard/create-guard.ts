@@ -15,7 +15,7 @@ export interface GuardDeps {
   readonly scope: string;
   readonly linkName: string;
   /**
-   * The link's lease key: the guard keeps the newest lease epoch it saw under it and refuses claims
+   * The link's lease key: the guard keeps the newest lease revision it saw under it and refuses claims
    * and commits of an older one (a paused ex-owner). Default: the link name.
    */
   readonly fence?: string;

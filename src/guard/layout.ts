@@ -26,8 +26,10 @@ import { createHash, hash } from "node:crypto";
  *                                  The previous layout's name: an id it left "d" (done) is honoured
  *   relay:{T}:v:<h>                hash: versions, field = 8 bytes of the entity digest, value =
  *                                  the version; no TTL
- *   relay:{T}:epoch:<fence>        the newest lease epoch seen for a link, per group, no TTL (a
- *                                  number, as relays before lease-bucket incarnations wrote it)
+ *   relay:{T}:epoch:<fence>        the newest lease revision seen for a link, per group, no TTL (a
+ *                                  number, as relays before lease-bucket incarnations wrote it). The
+ *                                  name keeps "epoch", the lease revision's name in older versions:
+ *                                  relays of every version share the key (rolling upgrades)
  *   relay:{<scope>}:ver:<entity>   the previous layout's version key: read, and advanced when it
  *                                  exists, never created
  *
@@ -54,9 +56,10 @@ import { createHash, hash } from "node:crypto";
  * <expires at>" (Redis server time, ms; the bucket id is its start), `c` = the current bucket, `n` =
  * ids committed to it, `v` = a counter bumped on every change, `vf` = the version fan-out
  * (written once per group; the scope keeps it), and `inc:<fence key>` = the incarnation (creation
- * time, ms) of the lease bucket that fence's epoch is a revision of (lua.ts FENCE; not a directory
- * change: `v` stays). The client caches the directory and passes `v`; a
- * script that sees another `v` changes nothing and answers "M", and the client reloads and retries.
+ * time, ms) of the lease bucket that fence's lease revision is a revision of (lua.ts FENCE; not a
+ * directory change: `v` stays; its name, with the fence key's "epoch:" in it, is shared by relays of
+ * every version). The client caches the directory and passes `v`; a script that sees another `v`
+ * changes nothing and answers "M", and the client reloads and retries.
  */
 
 export const BUCKETS_PER_TTL = 2;
@@ -161,6 +164,7 @@ export class GroupKeys {
   version(index: number): string {
     return `${this.base}v:${index}`;
   }
+  /** The fence key. Wire name: "epoch:" stays, relays of every version read and write it (above). */
   fence(name: string): string {
     return `${this.base}epoch:${name}`;
   }

@@ -14,10 +14,10 @@
  * replicas (half the writes a message costs Redis otherwise). A claim only stops two relays from
  * publishing the same id at the same moment, and for that moment the destination's duplicate window
  * covers them anyway; what must survive a restart or a failover (committed ids, versions, the lease
- * epoch fence) is written with replication on. After a failover, the new primary has no claims: the
+ * revision fence) is written with replication on. After a failover, the new primary has no claims: the
  * commits of batches claimed before it count as "claims expired before commit", nothing more.
  *
- * Two replies change nothing and ask the client to act: {'F', newest} (the caller's lease token is
+ * Two replies change nothing and ask the client to act: {'F', newest} (the caller's fencing token is
  * older than the newest the group has seen: fenced) and {'M'} (the caller's copy of the bucket
  * directory is out of date: reload and retry).
  *
@@ -75,23 +75,29 @@ end
 `;
 
 /**
- * The lease-epoch fence of the group, first thing in claim and commit: ARGV[1] is the caller's lease
- * token, "<incarnation>:<epoch>" ("<epoch>" from a caller without an incarnation, "" when it has none);
- * KEYS[2] is the group's fence key (the newest epoch, as it always was), KEYS[1] the directory, whose
- * field "inc:<fence key>" holds the incarnation (lease bucket creation time, ms) that epoch belongs to.
- * The incarnation is compared first: an older one returns {'F', "<incarnation>:<newest>"}; a newer one
- * (the bucket was re-created: its revisions start again at 1) becomes the fence's, and the epoch is
- * compared with nothing. A fence without the field (written before incarnations) counts as the oldest
- * incarnation. Then the epoch: older than the newest returns {'F', newest} and changes nothing; newer
- * becomes the newest. A token without an incarnation compares epochs only and leaves the field alone.
- * Relays before incarnations read the fence key as before (a number) and never see the field.
+ * The lease-revision fence of the group, first thing in claim and commit: ARGV[1] is the caller's
+ * fencing token, "<incarnation>:<lease revision>" ("<lease revision>" from a caller without an
+ * incarnation, "" when it has none); KEYS[2] is the group's fence key `relay:{T}:epoch:<fence>` (the
+ * newest lease revision, a number, as it always was), KEYS[1] the directory, whose field
+ * "inc:<fence key>" holds the incarnation (lease bucket creation time, ms) that lease revision belongs
+ * to. The incarnation is compared first: an older one returns {'F', "<incarnation>:<newest>"}; a newer
+ * one (the bucket was re-created: its revisions start again at 1) becomes the fence's, and the lease
+ * revision is compared with nothing. A fence without the field (written before incarnations) counts as
+ * the oldest incarnation. Then the lease revision: older than the newest returns {'F', newest} and
+ * changes nothing; newer becomes the newest. A token without an incarnation compares lease revisions
+ * only and leaves the field alone. Relays before incarnations read the fence key as before (a number)
+ * and never see the field.
+ *
+ * Wire format: relays of other versions (before and after the lease revision was renamed from
+ * "epoch") share these keys during a rolling upgrade, so the key names (`epoch:` in layout.ts, the
+ * field "inc:<fence key>"), the token's format and the reply stay as they are; only local names changed.
  */
 const FENCE = `
 if ARGV[1] ~= '' then
   local token = ARGV[1]
   local sep = string.find(token, ':', 1, true)
-  local epochRaw = sep and string.sub(token, sep + 1) or token
-  local epoch = tonumber(epochRaw)
+  local revisionRaw = sep and string.sub(token, sep + 1) or token
+  local revision = tonumber(revisionRaw)
   local newestRaw = redis.call('GET', KEYS[2]) or '0'
   local newest = tonumber(newestRaw)
   if sep then
@@ -106,8 +112,8 @@ if ARGV[1] ~= '' then
       newest = 0
     end
   end
-  if epoch < newest then return {'F', newestRaw} end
-  if epoch > newest then redis.call('SET', KEYS[2], epochRaw) end
+  if revision < newest then return {'F', newestRaw} end
+  if revision > newest then redis.call('SET', KEYS[2], revisionRaw) end
 end
 `;
 
@@ -117,7 +123,7 @@ end
  *   KEYS[3 .. 2+n]            claim keys, one per item
  *   then n × S                per item, its hash in each of the S live buckets
  *   then, when inline, 2 per entity: its version hash, its previous-layout version key
- *   ARGV[1]   epoch or ""     ARGV[2]  directory version the keys were built from
+ *   ARGV[1]   fencing token or ""   ARGV[2]  directory version the keys were built from
  *   ARGV[3]   "c:<token>"     ARGV[4]  n     ARGV[5]  S     ARGV[6]  m (entities)
  *   ARGV[7]   claim TTL (ms)  ARGV[8]  "1": take over claims of other tokens; "r": repair (see below)
  *   ARGV[9]   digests, 16 bytes per item
@@ -259,7 +265,7 @@ return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
  *   KEYS[1]   the directory; KEYS[2] the fence key
  *   KEYS[3 .. 2+n]            claim keys; then n keys: per item, its hash in the current bucket
  *   then per entity record: its version hash (flag "h"), its previous-layout version key (flag "l")
- *   ARGV[1]   epoch or ""     ARGV[2]  directory version     ARGV[3]  n     ARGV[4]  m (records)
+ *   ARGV[1]   fencing token or ""   ARGV[2]  directory version     ARGV[3]  n     ARGV[4]  m (records)
  *   ARGV[5]   digests, 16 bytes per item
  *   ARGV[6]   the batch's claim values "c:<token>\n", each once (a batch holds the items of a few
  *             claim calls); ARGV[13] per item the 1-based index of its claim value, as ARGV[14]

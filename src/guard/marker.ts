@@ -24,7 +24,7 @@ import type { GuardMarkerEntry, GuardMarkerMark } from "./types.js";
  * shards, and one shard can lose its data alone. So there is a marker per group, in the group's slot
  * (`relay:{<scope>/<g>}:marker`, group 0 keeping `relay:{<scope>}:marker`), and an entry counts as
  * present only when every group has it. The name is apart from the guard's other keys (`meta`, `ids:`,
- * `id:`, `vers:`, `ver:`, `epoch:`).
+ * `id:`, `vers:`, `ver:`, `epoch:` (the lease-revision fence, by its name of older versions)).
  */
 
 export const MARKER_MARKS: readonly GuardMarkerMark[] = ["joined", "resumed", "resync", "resynced"];
@@ -136,12 +136,13 @@ export async function writeMarker(
 }
 
 /**
- * A Redis that relays from before scope markers wrote to: it holds the link's lease-epoch key (every
- * claim and commit under a lease writes it) and no bucket directory (only the current layout writes
- * one, so a flushed Redis that took new commits before the loss was noticed does not count). Such a
- * link's missing entry is an upgrade, not a loss.
+ * A Redis that relays from before scope markers wrote to: it holds the link's lease-revision fence key
+ * (every claim and commit under a lease writes it; its name `epoch:<fence>` is the same in every
+ * version, layout.ts) and no bucket directory (only the current layout writes one, so a flushed Redis
+ * that took new commits before the loss was noticed does not count). Such a link's missing entry is
+ * an upgrade, not a loss.
  */
 export async function heldByEarlierRelay(client: GuardRedisClient, scope: string, fence: string): Promise<boolean> {
-  const [epoch, meta] = await Promise.all([client.exists(`relay:${groupTag(scope, 0)}:epoch:${fence}`), client.exists(`relay:${groupTag(scope, 0)}:meta`)]);
-  return epoch === 1 && meta === 0;
+  const [fenced, meta] = await Promise.all([client.exists(`relay:${groupTag(scope, 0)}:epoch:${fence}`), client.exists(`relay:${groupTag(scope, 0)}:meta`)]);
+  return fenced === 1 && meta === 0;
 }

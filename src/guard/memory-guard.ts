@@ -175,8 +175,10 @@ export class MemoryGuard implements Guard {
   }
 
   /**
-   * lua.ts `FENCE`: the incarnation first (an older one is refused, a newer one resets the epoch), then
-   * the epoch (an older one is refused; a newer one becomes the newest).
+   * lua.ts `FENCE`: the incarnation first (an older one is refused, a newer one resets the lease
+   * revision), then the lease revision (an older one is refused; a newer one becomes the newest). The
+   * fence key mirrors the Redis guard's `relay:{T}:epoch:<fence>`, whose name stays as relays before
+   * the rename from "epoch" wrote it (layout.ts).
    */
   private fence(op: string, opts: ClaimOptions | CommitOptions): void {
     const token = leaseToken(opts);
@@ -192,14 +194,14 @@ export class MemoryGuard implements Guard {
         newest = 0;
       }
     }
-    const seen = { epoch: newest, ...(known !== undefined ? { incarnation: known } : {}) };
+    const seen = { leaseRevision: newest, ...(known !== undefined ? { incarnation: known } : {}) };
     if (newerToken(seen, token)) {
-      const err = new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: lease ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`);
+      const err = new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`);
       this.refusals.failed(opts, err);
       throw err;
     }
     this.refusals.passed(opts);
-    if (token.epoch > newest) this.store.set(key, String(token.epoch));
+    if (token.leaseRevision > newest) this.store.set(key, String(token.leaseRevision));
   }
 
   async release(items: readonly ClaimedItem[]): Promise<void> {

@@ -31,7 +31,10 @@ export function accepted(st: GroupState, token: LeaseToken | undefined): void {
   if (token !== undefined && (st.token === undefined || newerToken(token, st.token))) st.token = token;
 }
 
-/** A script that answered {'F', newest}: the caller's lease token is older than one the guard has seen. */
+/**
+ * A script that answered {'F', newest} ("<lease revision>" or "<incarnation>:<lease revision>"): the
+ * caller's fencing token is older than one the guard has seen.
+ */
 export function checkFence(
   linkName: string,
   op: string,
@@ -43,10 +46,10 @@ export function checkFence(
   const sep = newest.indexOf(":");
   const seen: LeaseToken =
     sep < 0
-      ? { epoch: Number(newest) }
-      : { incarnation: Number(newest.slice(0, sep)), epoch: Number(newest.slice(sep + 1)) };
+      ? { leaseRevision: Number(newest) }
+      : { incarnation: Number(newest.slice(0, sep)), leaseRevision: Number(newest.slice(sep + 1)) };
   throw new RelayError(
     ErrorCodes.LEASE_FENCED,
-    `link ${linkName}: guard ${op} refused: lease ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`,
+    `link ${linkName}: guard ${op} refused: ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`,
   );
 }

@@ -48,7 +48,7 @@ export class LayoutClient {
     const results: ClaimResult[] = new Array<ClaimResult>(items.length);
     const { fenced, failed } = failures(settled);
     if (fenced !== undefined) {
-      // Groups that did not know the newer epoch yet took claims: give them back (best effort).
+      // Groups that did not know the newer lease revision yet took claims: give them back (best effort).
       const taken = settled.flatMap((s, k) =>
         s.status === "fulfilled"
           ? (byGroup.get(groups[k]!) ?? []).filter((_, i) => s.value[i]?.decision === "relay")

@@ -11,8 +11,9 @@ import type { GuardFinding, GuardSafety } from "./types.js";
  *   - ids and claims carry a TTL (idTtl, claimTtl): `volatile-*` and `allkeys-*` evict them. An evicted
  *     done-id lets a redelivery be published again (a duplicate past the broker's window); an evicted
  *     claim lets a second relay publish a message the first is publishing.
- *   - versions, lease epochs and the scope marker have no TTL: only `allkeys-*` evicts them. An evicted
- *     version lets an older version be relayed again; an evicted marker shows as a lost guard state.
+ *   - versions, lease revision fences and the scope marker have no TTL: only `allkeys-*` evicts them.
+ *     An evicted version lets an older version be relayed again; an evicted marker shows as a lost
+ *     guard state.
  * So no policy but `noeviction` keeps every guard key once `maxmemory` is reached; with `noeviction`
  * Redis refuses writes instead (OOM), claims fail with GUARD_UNAVAILABLE and the link pauses: nothing is
  * lost, and it resumes once memory is freed. With `maxmemory 0` (no limit) no policy ever evicts.

@@ -43,25 +43,34 @@ export interface ClaimOptions {
    * item's is still stale: putting it back would move the entity backwards.
    */
   readonly repair?: boolean;
-  /** The caller's lease epoch: refused (LEASE_FENCED) when the guard has seen a newer one for the link. */
-  readonly epoch?: number;
   /**
-   * The incarnation (creation time, ms) of the lease bucket `epoch` is a revision of. Compared before
-   * the epoch: a newer incarnation (the bucket was re-created, its revisions start over) resets the
-   * fence to this epoch, an older one is refused. Without it only epochs are compared.
+   * The caller's lease revision (the KV revision of the write that acquired its lease): refused
+   * (LEASE_FENCED) when the guard has seen a newer one for the link. With `incarnation`, the fencing
+   * token.
+   */
+  readonly leaseRevision?: number;
+  /**
+   * The incarnation (creation time, ms) of the lease bucket `leaseRevision` is a revision of. Compared
+   * before the lease revision: a newer incarnation (the bucket was re-created, its revisions start
+   * over) resets the fence to this lease revision, an older one is refused. Without it only lease
+   * revisions are compared.
    */
   readonly incarnation?: number;
 }
 
 export interface CommitOptions {
-  /** As in ClaimOptions: a commit under an older epoch than the guard has seen is refused, nothing written. */
-  readonly epoch?: number;
+  /**
+   * As in ClaimOptions: a commit under an older lease revision than the guard has seen is refused,
+   * nothing written.
+   */
+  readonly leaseRevision?: number;
   readonly incarnation?: number;
 }
 
 /** The guard's refusals of a lease token (LEASE_FENCED) since the last call that passed its fence. */
 export interface GuardFence {
-  readonly epoch: number;
+  /** The lease revision refused (with `incarnation`, the refused fencing token). */
+  readonly leaseRevision: number;
   readonly incarnation: number | undefined;
   /** Refused calls in a row (claims and commits). */
   readonly refusals: number;

@@ -164,7 +164,7 @@ export class GuardWatch {
     const { guard, lease, metrics, config, logger, events } = this.deps;
     const fence = guard.fenced;
     const stuck =
-      fence !== undefined && fence.refusals >= 2 && lease.valid() && fence.epoch === lease.epoch && fence.incarnation === lease.incarnation;
+      fence !== undefined && fence.refusals >= 2 && lease.valid() && fence.leaseRevision === lease.leaseRevision && fence.incarnation === lease.incarnation;
     if (stuck === this.fencedTrouble) return;
     this.fencedTrouble = stuck;
     metrics.guardFenced.set({ link: config.name }, stuck ? 1 : 0);
@@ -172,10 +172,10 @@ export class GuardWatch {
       const message =
         `fenced (LEASE_FENCED) although this relay holds the link's lease: it commits and acks nothing while the guard ` +
         `refuses it (${fence.refusals} refusals since ${new Date(fence.since).toISOString()}; ${fence.error.message})`;
-      logger.error({ code: ErrorCodes.LEASE_FENCED, epoch: fence.epoch, incarnation: fence.incarnation, refusals: fence.refusals }, message);
+      logger.error({ code: ErrorCodes.LEASE_FENCED, leaseRevision: fence.leaseRevision, incarnation: fence.incarnation, refusals: fence.refusals }, message);
       events.trouble("guard", new RelayError(ErrorCodes.LEASE_FENCED, message));
     } else {
-      logger.info({ epoch: lease.epoch }, "the guard no longer refuses this relay's lease");
+      logger.info({ leaseRevision: lease.leaseRevision }, "the guard no longer refuses this relay's lease");
       events.clear("guard");
       events.resume();
     }

@@ -43,7 +43,16 @@ export interface LinkOwnership {
   readonly owner?: string;
   /** This relay is the owner. */
   readonly self: boolean;
-  /** The KV revision at which this relay acquired the lease (when it is the owner). */
+  /**
+   * The lease revision: the KV revision of the write by which this relay acquired the lease (when it
+   * is the owner). With the lease bucket's incarnation, the fencing token its claims and commits carry.
+   */
+  readonly leaseRevision?: number;
+  /**
+   * @deprecated Use `leaseRevision`: the same value, under the name older versions gave it. Kept in
+   * `/status` (and `status --json`) so that scripts reading it keep working; to be removed in a later
+   * release (docs/operations.md).
+   */
   readonly epoch?: number;
   /** Since when this relay owns it (when it is the owner). */
   readonly since?: string;
@@ -79,7 +88,7 @@ export interface LeaseView {
   valid(): boolean;
   readonly member: string;
   readonly holder: string | undefined;
-  readonly epoch: number | undefined;
+  readonly leaseRevision: number | undefined;
   readonly since: string | undefined;
   readonly isEligible: boolean;
   readonly key: string;
@@ -88,12 +97,13 @@ export interface LeaseView {
 export function ownershipOf(lease: LeaseView): LinkOwnership {
   const self = lease.valid();
   const owner = self ? lease.member : lease.holder;
-  const epoch = self ? lease.epoch : undefined;
+  const leaseRevision = self ? lease.leaseRevision : undefined;
   const since = self ? lease.since : undefined;
   return {
     ...(owner !== undefined ? { owner } : {}),
     self,
-    ...(epoch !== undefined ? { epoch } : {}),
+    // `epoch`: the deprecated alias of leaseRevision (LinkOwnership), same value.
+    ...(leaseRevision !== undefined ? { leaseRevision, epoch: leaseRevision } : {}),
     ...(since !== undefined ? { since } : {}),
     preferred: lease.isEligible,
     key: lease.key,

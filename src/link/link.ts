@@ -145,7 +145,7 @@ export class Link {
       logger: this.logger,
       markers: destination.markers(),
       owns: () => deps.lease.valid() && this.guardWatch.ok,
-      epoch: () => deps.lease.epoch,
+      leaseRevision: () => deps.lease.leaseRevision,
       incarnation: () => deps.lease.incarnation,
       events: {
         publishTrouble: (err) => this.health.trouble(err.code === ErrorCodes.DESTINATION_FULL || err.code === ErrorCodes.PUBLISH_REJECTED ? "refused" : "dest", err),

@@ -128,10 +128,10 @@ export class Ownership {
       if (lease.holder !== undefined && pipeline.size > 0) void this.dropHeld(`relay ${lease.holder} owns the link now`);
     }, 500);
     try {
-      const epoch = await lease.acquired(this.deps.signal);
+      const leaseRevision = await lease.acquired(this.deps.signal);
       if (!lease.resumed && pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
       pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
-      this.deps.logger.info({ epoch, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
+      this.deps.logger.info({ leaseRevision, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
       // Taken from another relay (not its own lease back): at work at once, whatever the last reading said.
       this.tookOverNow = !lease.resumed;
       return true;

@@ -11,7 +11,7 @@ import { ClaimStage } from "./stages/claim.js";
 import { CollisionCheck } from "./stages/collision.js";
 import { CommitStage } from "./stages/commit.js";
 import { PathState } from "./stages/common.js";
-import type { DestinationFacts, DestinationMarkers, EpochOption, PipelineEvents } from "./stages/common.js";
+import type { DestinationFacts, DestinationMarkers, FencingTokenOption, PipelineEvents } from "./stages/common.js";
 import { DeadLetters } from "./stages/dead-letter.js";
 import { Health } from "./stages/health.js";
 import { Intake } from "./stages/intake.js";
@@ -42,12 +42,12 @@ export interface PipelineDeps {
    */
   readonly owns: () => boolean;
   /**
-   * The lease epoch this relay holds the link under (undefined: none). Claims and commits carry it, and
-   * the guard refuses an older epoch than it has seen: an ex-owner that passed `owns()` just before a
-   * pause cannot commit after another relay took over.
+   * The lease revision this relay holds the link under (undefined: none). Claims and commits carry it,
+   * and the guard refuses an older lease revision than it has seen: an ex-owner that passed `owns()`
+   * just before a pause cannot commit after another relay took over.
    */
-  readonly epoch?: () => number | undefined;
-  /** The incarnation of the lease bucket the epoch is a revision of: the guard compares it first. */
+  readonly leaseRevision?: () => number | undefined;
+  /** The incarnation of the lease bucket the lease revision is a revision of: the guard compares it first. */
   readonly incarnation?: () => number | undefined;
 }
 
@@ -91,7 +91,7 @@ export class Pipeline {
     const { link, guard, metrics, logger } = deps;
     const owns = (): boolean => deps.owns();
     const { window, scheduler, ledger, versions } = this;
-    const epoch = (): EpochOption => epochOption(deps);
+    const fencingToken = (): FencingTokenOption => fencingTokenOption(deps);
     this.state = new PathState((err) => deps.events.halt(err));
     const state = this.state;
     const tally = (this.tally = new Tally(metrics, link.name, logger, (id) => window.findById(id)));
@@ -100,11 +100,11 @@ export class Pipeline {
     const collisions = new CollisionCheck({ link: link.name, markers: deps.markers, metrics, logger });
     // Built from the last stage back: each is handed the next one it passes messages on to.
     const sourceAck = (this.sourceAck = new SourceAckStage({ link, acks: deps.acks, metrics, owns, window, ledger, versions, tally, scheduler, drained: () => this.notifyDrained() }));
-    const commit = (this.commit = new CommitStage({ link, guard, metrics, owns, epoch, health, sourceAck, scheduler }));
+    const commit = (this.commit = new CommitStage({ link, guard, metrics, owns, fencingToken, health, sourceAck, scheduler }));
     const rollback = (index: number, err: RelayError) => this.publish.rollback(index, err);
     const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, scheduler }));
     this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, scheduler });
-    this.claim = new ClaimStage({ link, guard, metrics, logger, state, epoch, health, versions, tally, deadLetters, sourceAck, scheduler });
+    this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
     this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck });
   }
 
@@ -287,9 +287,9 @@ export class Pipeline {
   }
 }
 
-/** The lease epoch claims and commits carry (and its bucket's incarnation), when the relay holds one. */
-function epochOption(deps: Pick<PipelineDeps, "epoch" | "incarnation">): EpochOption {
-  const epoch = deps.epoch?.();
+/** The fencing token claims and commits carry, when the relay holds a lease. */
+function fencingTokenOption(deps: Pick<PipelineDeps, "leaseRevision" | "incarnation">): FencingTokenOption {
+  const leaseRevision = deps.leaseRevision?.();
   const incarnation = deps.incarnation?.();
-  return epoch === undefined ? {} : { epoch, ...(incarnation !== undefined ? { incarnation } : {}) };
+  return leaseRevision === undefined ? {} : { leaseRevision, ...(incarnation !== undefined ? { incarnation } : {}) };
 }

@@ -247,7 +247,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     guardFenced: new Gauge({
       name: "relay_guard_fenced",
-      help: "1 while the guard refuses the lease epoch this relay holds the link under (LEASE_FENCED although the lease is valid): the link commits nothing, is paused and not ready",
+      help: "1 while the guard refuses the lease revision this relay holds the link under (LEASE_FENCED although the lease is valid): the link commits nothing, is paused and not ready",
       labelNames: ["link"] as const,
       registers,
     }),

@@ -105,20 +105,20 @@ test("Redis Cluster: ids and versions spread over all three masters; duplicates,
   assert.deepEqual(decisions(again.slice(100)), ["stale", "relay"]);
   assert.equal(again[100]?.storedVersion, 2_507);
 
-  // Fencing: the new owner's first claim (epoch 9) reaches every group, so the ex-owner (epoch 5)
+  // Fencing: the new owner's first claim (lease revision 9) reaches every group, so the ex-owner (lease revision 5)
   // is refused whatever groups its items fall in.
   const exOwner = clusterGuard(t, cluster, scope, "ex");
   const newOwner = clusterGuard(t, cluster, scope, "new");
   await exOwner.start();
   await newOwner.start();
-  const [held] = await exOwner.claim([{ id: "fenced-1" }], undefined, { epoch: 5 });
+  const [held] = await exOwner.claim([{ id: "fenced-1" }], undefined, { leaseRevision: 5 });
   assert.equal(held?.decision, "relay");
-  assert.deepEqual(decisions(await newOwner.claim([{ id: "other-1" }], undefined, { epoch: 9 })), ["relay"]);
+  assert.deepEqual(decisions(await newOwner.claim([{ id: "other-1" }], undefined, { leaseRevision: 9 })), ["relay"]);
   const fenced = (err: unknown) =>
-    isRelayError(err, "LEASE_FENCED") && /epoch 5 is older than epoch 9/.test(err.message);
+    isRelayError(err, "LEASE_FENCED") && /lease revision 5 is older than lease revision 9/.test(err.message);
   for (let i = 0; i < 20; i++)
-    await assert.rejects(exOwner.claim([{ id: `fenced-more-${i}` }], undefined, { epoch: 5 }), fenced);
-  await assert.rejects(exOwner.commit([{ id: "fenced-1", token: held!.token! }], { epoch: 5 }), fenced);
+    await assert.rejects(exOwner.claim([{ id: `fenced-more-${i}` }], undefined, { leaseRevision: 5 }), fenced);
+  await assert.rejects(exOwner.commit([{ id: "fenced-1", token: held!.token! }], { leaseRevision: 5 }), fenced);
 });
 
 test("a relay link with the Cluster guard: exactly once; a replay past the duplicate window is all guard duplicates", async (t) => {

@@ -226,9 +226,10 @@ test("upgrading from relays before scope markers: the state they left is recogni
   const first = await publishIds(s.nca, s.src, "m", 100);
   await waitForCount(s.ncb, s.dst, 100, 30_000);
   await before.relay.stop();
-  // What relays before markers leave: the link's epoch key (claims under a lease), no marker, no directory.
-  const epochKeys = await s.admin.keys(`relay:{b:${s.dst}}:epoch:*`);
-  assert.equal(epochKeys.length, 1, "the link's lease-epoch key");
+  // What relays before markers leave: the link's lease-revision fence key, named `epoch:<lease key>` by
+  // every version (claims under a lease), no marker, no directory.
+  const fenceKeys = await s.admin.keys(`relay:{b:${s.dst}}:epoch:*`);
+  assert.equal(fenceKeys.length, 1, "the link's lease-revision fence key");
   await s.admin.del(s.key, `relay:{b:${s.dst}}:meta`);
   const report = await runPreflight(s.config, { redisTimeoutMs: 5_000, connectTimeoutMs: 5_000 });
   const row = report.links[0]?.rows.find((r) => r.name === "guard marker");

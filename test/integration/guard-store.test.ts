@@ -120,52 +120,52 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.deepEqual(await g.claim([]), []);
     });
 
-    test("lease epochs fence the guard: a claim or commit under an older epoch than one seen is refused and changes nothing", async () => {
+    test("lease revisions fence the guard: a claim or commit under an older lease revision than one seen is refused and changes nothing", async () => {
       const s = makeSpace();
       const [exOwner, newOwner] = [await s.guard(), await s.guard()]; // two relays of one group, on one link
       const item = v("m1", 1);
-      // The ex-owner claimed under epoch 5, then froze; the new owner took over under epoch 9.
-      const [claimedByEx] = await exOwner.claim([item], undefined, { epoch: 5 });
+      // The ex-owner claimed under lease revision 5, then froze; the new owner took over under lease revision 9.
+      const [claimedByEx] = await exOwner.claim([item], undefined, { leaseRevision: 5 });
       assert.equal(claimedByEx?.decision, "relay");
-      const [taken] = await newOwner.claim([item], undefined, { epoch: 9, takeover: true });
+      const [taken] = await newOwner.claim([item], undefined, { leaseRevision: 9, takeover: true });
       assert.equal(taken?.decision, "relay");
       // Woken, the ex-owner's commit and any new claim are refused: nothing is written.
-      const fenced = (err: unknown) => isRelayError(err, "LEASE_FENCED") && /epoch 5 is older than epoch 9/.test(err.message);
-      await assert.rejects(exOwner.commit([{ ...item, token: claimedByEx?.token ?? "" }], { epoch: 5 }), fenced);
-      await assert.rejects(exOwner.claim([{ id: "m2" }], undefined, { epoch: 5 }), fenced);
+      const fenced = (err: unknown) => isRelayError(err, "LEASE_FENCED") && /lease revision 5 is older than lease revision 9/.test(err.message);
+      await assert.rejects(exOwner.commit([{ ...item, token: claimedByEx?.token ?? "" }], { leaseRevision: 5 }), fenced);
+      await assert.rejects(exOwner.claim([{ id: "m2" }], undefined, { leaseRevision: 5 }), fenced);
       assert.equal(await s.id("m1"), `c:${taken?.token}`, "m1 is still the new owner's claim, not done");
       assert.equal(await s.version("E1"), null, "the version did not move");
       assert.equal(await s.id("m2"), null, "m2 was not claimed");
-      // The new owner commits; calls without an epoch (a relay outside a group) are not fenced.
-      await newOwner.commit([{ ...item, token: taken?.token ?? "" }], { epoch: 9 });
+      // The new owner commits; calls without a lease revision (a relay outside a group) are not fenced.
+      await newOwner.commit([{ ...item, token: taken?.token ?? "" }], { leaseRevision: 9 });
       assert.equal(await s.id("m1"), "d");
       assert.equal(await s.version("E1"), "1");
       assert.deepEqual(decisions(await exOwner.claim([{ id: "m3" }])), ["relay"]);
     });
 
-    test("a lease bucket re-created: its incarnation is compared before the epoch (a newer one resets the fence, an older one is refused); a fence from before incarnations is the oldest", async () => {
+    test("a lease bucket re-created: its incarnation is compared before the lease revision (a newer one resets the fence, an older one is refused); a fence from before incarnations is the oldest", async () => {
       const s = makeSpace();
       const [oldOwner, newOwner] = [await s.guard(), await s.guard()];
       const fenced = (re: RegExp) => (err: unknown) => isRelayError(err, "LEASE_FENCED") && re.test(err.message);
       const refusals = (g: Guard) => g.fenced?.refusals;
       // A fence written without an incarnation (relays before it): any incarnation is newer.
-      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i0" }], undefined, { epoch: 700 })), ["relay"]);
-      // Epoch 500 of the bucket created at 1 s, then the bucket re-created at 2 s: its revisions start over.
-      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i1" }], undefined, { epoch: 500, incarnation: 1_000 })), ["relay"]);
-      assert.deepEqual(decisions(await newOwner.claim([{ id: "i2" }], undefined, { epoch: 3, incarnation: 2_000 })), ["relay"]);
+      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i0" }], undefined, { leaseRevision: 700 })), ["relay"]);
+      // Lease revision 500 of the bucket created at 1 s, then the bucket re-created at 2 s: its revisions start over.
+      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i1" }], undefined, { leaseRevision: 500, incarnation: 1_000 })), ["relay"]);
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i2" }], undefined, { leaseRevision: 3, incarnation: 2_000 })), ["relay"]);
       assert.equal(refusals(newOwner), undefined);
-      // The old bucket's epochs are refused now, however high; nothing is claimed or committed.
-      const older = fenced(/epoch 900 of lease bucket 1970-01-01T00:00:01\.000Z is older than epoch 3 of lease bucket 1970-01-01T00:00:02\.000Z/);
-      await assert.rejects(oldOwner.claim([{ id: "i3" }], undefined, { epoch: 900, incarnation: 1_000 }), older);
-      await assert.rejects(oldOwner.commit([{ id: "i1", token: "t" }], { epoch: 900, incarnation: 1_000 }), older);
+      // The old bucket's lease revisions are refused now, however high; nothing is claimed or committed.
+      const older = fenced(/lease revision 900 of lease bucket 1970-01-01T00:00:01\.000Z is older than lease revision 3 of lease bucket 1970-01-01T00:00:02\.000Z/);
+      await assert.rejects(oldOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 900, incarnation: 1_000 }), older);
+      await assert.rejects(oldOwner.commit([{ id: "i1", token: "t" }], { leaseRevision: 900, incarnation: 1_000 }), older);
       assert.equal(await s.id("i3"), null);
       assert.notEqual(await s.id("i1"), "d");
       assert.equal(refusals(oldOwner), 2, "the guard counts the refusals of that token");
-      assert.equal(oldOwner.fenced?.epoch, 900);
-      // Within the new bucket, epochs compare as they always did.
-      await assert.rejects(newOwner.claim([{ id: "i3" }], undefined, { epoch: 2, incarnation: 2_000 }), fenced(/epoch 2 of .* is older than epoch 3 of/));
+      assert.equal(oldOwner.fenced?.leaseRevision, 900);
+      // Within the new bucket, lease revisions compare as they always did.
+      await assert.rejects(newOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 2, incarnation: 2_000 }), fenced(/lease revision 2 of .* is older than lease revision 3 of/));
       assert.equal(refusals(newOwner), 1);
-      assert.deepEqual(decisions(await newOwner.claim([{ id: "i3" }], undefined, { epoch: 4, incarnation: 2_000 })), ["relay"]);
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 4, incarnation: 2_000 })), ["relay"]);
       assert.equal(refusals(newOwner), undefined, "a call that passes the fence ends the streak");
     });
 

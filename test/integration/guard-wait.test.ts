@@ -132,11 +132,11 @@ test("claims stay on the primary: the replica and the AOF get the commits and th
   t.after(() => g.stop());
   await g.start();
   const keys = new GroupKeys(scope, 0);
-  const [claimed, released] = await g.claim([{ id: "k1" }, { id: "k2" }], undefined, { epoch: 7 });
+  const [claimed, released] = await g.claim([{ id: "k1" }, { id: "k2" }], undefined, { leaseRevision: 7 });
   assert.equal(claimed?.decision, "relay");
   assert.equal(await admin.get(keys.claim("k1")), `c:${claimed!.token}`, "the primary holds the claim");
   await g.release([{ id: "k2", token: released!.token! }]);
-  await g.commit([{ id: "k1", token: claimed!.token! }], { epoch: 7 });
+  await g.commit([{ id: "k1", token: claimed!.token! }], { leaseRevision: 7 });
   // The commit waited for the replica: everything replicated before it is there now.
   assert.equal((await inspectId(replica, scope, "k1")).state, "d", "the replica has the commit");
   assert.equal(await replica.get(keys.fence("t")), "7", "and the lease fence");

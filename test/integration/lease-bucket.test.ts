@@ -10,8 +10,8 @@ import { metricValue, startRelay } from "../helpers/relays.js";
 import { assertExactlyOnce, assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 
 /**
- * The guard's lease-epoch fence against a lease bucket that starts over. The epoch is the lease key's
- * KV revision, which restarts at 1 in a new bucket (`nats kv rm relay_leases`, an R1 bucket lost, a
+ * The guard's lease-revision fence against a lease bucket that starts over. The lease revision is the
+ * KV revision of the lease key's acquiring write, which restarts at 1 in a new bucket (`nats kv rm relay_leases`, an R1 bucket lost, a
  * rebuilt region keeping its Redis): the fence compares the bucket's incarnation first, so a new bucket
  * is not fenced by the old one's revisions. And a link that cannot commit (fenced while it holds the
  * lease) is not ready.
@@ -20,7 +20,7 @@ import { assertExactlyOnce, assertInOrder, publishIds, twoRegions, waitForCount 
 const BUCKET = "relay_leases";
 const GROUP = `group: { lease: 2s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }`;
 
-/** Revisions of a filler key, so the link's epoch in this bucket is far above what a new bucket starts at. */
+/** Revisions of a filler key, so the link's lease revision in this bucket is far above what a new bucket starts at. */
 async function bucketWithHistory(nc: NatsConnection, revisions: number): Promise<void> {
   const kv = await new Kvm(nc).create(BUCKET, { history: 1, replicas: 1, allow_direct: false });
   for (let i = 0; i < revisions; i++) await kv.put("filler", String(i));
@@ -53,8 +53,8 @@ for (const recreatedBy of ["the relay", "an operator"] as const) {
     await bucketWithHistory(r.ncb, 200);
     const { relay, url } = await startRelay(t, r.yaml(`    guard: { redis: { url: "${redis.url}" } }\n`, GROUP), "b", { http: true });
     await check(() => relay.status().links[0]?.ownership?.self === true, { name: "the relay owns the link", timeoutMs: 20_000 });
-    const before = relay.status().links[0]?.ownership?.epoch ?? 0;
-    assert.ok(before > 200, `epoch ${before} is past the filler's revisions`);
+    const before = relay.status().links[0]?.ownership?.leaseRevision ?? 0;
+    assert.ok(before > 200, `lease revision ${before} is past the filler's revisions`);
     const total = 6_000;
     const load = trickle(r.nca, r.src, total);
     await waitForCount(r.ncb, r.dst, 1_000, 30_000, "relayed before the bucket goes");
@@ -69,8 +69,8 @@ for (const recreatedBy of ["the relay", "an operator"] as const) {
       throw new Error(`${String(err)}\nlink: ${JSON.stringify({ state: l?.state, reason: l?.stateReason, ownership: l?.ownership, lastError: l?.lastError })}`, { cause: err });
     });
     assert.ok(Date.parse((await jsm.streams.info(`KV_${BUCKET}`)).created) > created, "the bucket in use is a new one");
-    const after = relay.status().links[0]?.ownership?.epoch ?? Number.POSITIVE_INFINITY;
-    assert.ok(after < before, `the link holds an epoch of the new bucket (${after}, was ${before})`);
+    const after = relay.status().links[0]?.ownership?.leaseRevision ?? Number.POSITIVE_INFINITY;
+    assert.ok(after < before, `the link holds a lease revision of the new bucket (${after}, was ${before})`);
     assert.equal(await metricValue(relay, "relay_errors_total", { code: "LEASE_FENCED" }), 0, "never fenced");
     const ids = Array.from({ length: total }, (_, i) => `m-${i}`);
     await assertExactlyOnce(r.ncb, r.dst, ids);
@@ -89,11 +89,13 @@ test("a link whose commits the guard refuses while it holds the lease (LEASE_FEN
   const first = await publishIds(r.nca, r.src, "m", 500);
   await waitForCount(r.ncb, r.dst, first.length, 30_000, "relayed before the fence");
   await check(async () => (await fetch(`${url}/readyz`)).status === 200, { name: "ready", timeoutMs: 10_000 });
-  // A fence above anything this relay holds: as a guard that kept the epoch of a lease it no longer knows.
+  // A fence above anything this relay holds: as a guard that kept the lease revision of a lease it no longer knows.
   const leaseKey = relay.status().links[0]?.ownership?.key;
   assert.ok(leaseKey);
   const fenceKey = new GroupKeys(`b:${r.dst}`, 0).fence(leaseKey);
   assert.ok((await admin.exists(fenceKey)) === 1, `the fence key ${fenceKey} exists`);
+  // Its name is shared with relays of other versions, from before the lease revision was renamed from "epoch".
+  assert.equal(fenceKey, `relay:{b:${r.dst}}:epoch:${leaseKey}`, "the fence key keeps its wire name");
   await admin.set(fenceKey, "999999999");
   const second = await publishIds(r.nca, r.src, "m", 500, first.length);
   let body = "";

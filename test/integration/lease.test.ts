@@ -6,7 +6,8 @@ import { Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
 import { pino } from "pino";
 import { LinkLease } from "../../src/group/lease.js";
-import type { LeaseOptions, LeaseValue } from "../../src/group/lease.js";
+import type { LeaseOptions } from "../../src/group/lease.js";
+import type { StoredLeaseValue } from "../../src/group/lease-value.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
 import type { HasAfter } from "../helpers/servers.js";
@@ -62,17 +63,17 @@ async function openKv(nc: NatsConnection, bucket = "relay_leases"): Promise<KV> 
 
 /**
  * Samples every lease's valid() every 2 ms (one event loop: each sample is one instant). Records how
- * often more than one was valid and the sequence of epochs held by valid owners.
+ * often more than one was valid and the sequence of lease revisions held by valid owners.
  */
 function watchValidity(leases: readonly LinkLease[]) {
   let samples = 0;
   let overlaps = 0;
-  const epochs: number[] = [];
+  const revisions: number[] = [];
   const sample = () => {
     samples++;
     const valid = leases.filter((l) => l.valid());
     if (valid.length > 1) overlaps++;
-    for (const l of valid) if (l.epoch !== undefined && epochs.at(-1) !== l.epoch) epochs.push(l.epoch);
+    for (const l of valid) if (l.leaseRevision !== undefined && revisions.at(-1) !== l.leaseRevision) revisions.push(l.leaseRevision);
   };
   sample();
   const timer = setInterval(sample, 2);
@@ -81,13 +82,13 @@ function watchValidity(leases: readonly LinkLease[]) {
     stop() {
       clearInterval(timer);
       sample();
-      return { samples, overlaps, epochs };
+      return { samples, overlaps, revisions };
     },
   };
 }
 
-function assertIncreasing(epochs: readonly number[]): void {
-  for (let i = 1; i < epochs.length; i++) assert.ok(epochs[i]! > epochs[i - 1]!, `epochs strictly increase: ${epochs.join(", ")}`);
+function assertIncreasing(revisions: readonly number[]): void {
+  for (let i = 1; i < revisions.length; i++) assert.ok(revisions[i]! > revisions[i - 1]!, `lease revisions strictly increase: ${revisions.join(", ")}`);
 }
 
 /** Waits `ms` of real time while asserting `fn` stays true at every 5 ms sample. */
@@ -101,22 +102,22 @@ async function holds(ms: number, what: string, fn: () => boolean): Promise<void>
 
 const ownerOf = (members: readonly Member[]) => members.find((m) => m.lease.valid());
 
-test("a single member acquires at once and renews: the revision moves, the epoch stays", async (t) => {
+test("a single member acquires at once and renews: the key's revision moves, the lease revision stays", async (t) => {
   const defer = deferrals(t);
   const key = uniqueName("link");
   const a = await member(defer, node.url, key, "a");
   const started = performance.now();
   a.lease.start();
-  const epoch = await a.lease.acquired();
+  const leaseRevision = await a.lease.acquired();
   assert.ok(performance.now() - started < 1_000, "acquired at once");
   assert.equal(a.lease.state, "owner");
-  assert.equal(a.lease.epoch, epoch);
+  assert.equal(a.lease.leaseRevision, leaseRevision);
   assert.ok(a.lease.valid());
 
   const kv = await openKv(a.nc);
   assert.equal((await kv.status()).replicas, 1, "R3 refused by a single server: the bucket fell back to R1");
   const first = await kv.get(key);
-  assert.ok(first && first.revision >= epoch);
+  assert.ok(first && first.revision >= leaseRevision);
   const renewed = await check(
     async () => {
       const e = await kv.get(key);
@@ -124,15 +125,16 @@ test("a single member acquires at once and renews: the revision moves, the epoch
     },
     { name: "three renewals", timeoutMs: 3_000 },
   );
-  const value = renewed.json<LeaseValue>();
+  // The stored JSON: the lease revision keeps its wire key `epoch` (relays of every version read it).
+  const value = renewed.json<StoredLeaseValue>();
   assert.equal(value.owner, "a");
-  assert.equal(value.epoch, epoch, "renewals keep the epoch");
-  assert.equal(a.lease.epoch, epoch);
+  assert.equal(value.epoch, leaseRevision, "renewals keep the lease revision, under the JSON key `epoch`");
+  assert.equal(a.lease.leaseRevision, leaseRevision);
   assert.ok(a.lease.valid());
   assert.deepEqual(a.losses, []);
 
   // Lifecycle edges: acquired() resolves at once for the owner; honours its signal; stop is idempotent.
-  assert.equal(await a.lease.acquired(), epoch);
+  assert.equal(await a.lease.acquired(), leaseRevision);
   await assert.rejects(a.lease.acquired(AbortSignal.abort(new Error("gave up"))), /gave up/);
   await Promise.all([a.lease.stop(), a.lease.stop()]);
   await a.lease.closed();
@@ -148,14 +150,14 @@ test("a second member waits while the first renews", async (t) => {
   const a = await member(defer, node.url, key, "a");
   const b = await member(defer, node.url, key, "b");
   a.lease.start();
-  const epoch = await a.lease.acquired();
+  const leaseRevision = await a.lease.acquired();
   b.lease.start();
   const kv = await openKv(a.nc);
   const before = (await kv.get(key))!.revision;
   await holds(2 * LEASE_MS, "a stays the only valid owner", () => a.lease.valid() && !b.lease.valid() && b.lease.state === "contending");
-  assert.equal(a.lease.epoch, epoch);
+  assert.equal(a.lease.leaseRevision, leaseRevision);
   assert.ok((await kv.get(key))!.revision > before + 4, "a kept renewing");
-  assert.equal(b.lease.epoch, undefined);
+  assert.equal(b.lease.leaseRevision, undefined);
 });
 
 test("release hands over at once, long before the lease would expire", async (t) => {
@@ -166,21 +168,21 @@ test("release hands over at once, long before the lease would expire", async (t)
   const a = await member(defer, node.url, key, "a", slow);
   const b = await member(defer, node.url, key, "b", slow);
   a.lease.start();
-  const epochA = await a.lease.acquired();
+  const revisionA = await a.lease.acquired();
   b.lease.start();
   await check(() => b.lease.state === "contending", { name: "b contending" });
   await new Promise((r) => setTimeout(r, 300)); // b is between polls now
   const sampler = watchValidity([a.lease, b.lease]);
   const released = performance.now();
   await a.lease.stop();
-  const epochB = await b.lease.acquired();
+  const revisionB = await b.lease.acquired();
   const handoverMs = performance.now() - released;
-  const { overlaps, epochs } = sampler.stop();
+  const { overlaps, revisions } = sampler.stop();
   // Under half a poll interval: the successor reacts to the delete (watch), not to its next poll.
   assert.ok(handoverMs < 500, `handover took ${Math.round(handoverMs)} ms`);
-  assert.ok(epochB > epochA);
+  assert.ok(revisionB > revisionA);
   assert.equal(overlaps, 0);
-  assert.deepEqual(epochs, [epochA, epochB]);
+  assert.deepEqual(revisions, [revisionA, revisionB]);
   assert.deepEqual(a.losses, [], "a release is not a loss");
 });
 
@@ -190,19 +192,19 @@ test("an abandoned lease is taken over only after leaseMs since the contender sa
   const a = await member(defer, node.url, key, "a");
   const b = await member(defer, node.url, key, "b");
   a.lease.start();
-  const epochA = await a.lease.acquired();
+  const revisionA = await a.lease.acquired();
   b.lease.start();
   await new Promise((r) => setTimeout(r, 2 * RENEW_MS)); // b has seen a renew
   const sampler = watchValidity([a.lease, b.lease]);
   const abandoned = performance.now();
   await a.lease.stop({ release: false }); // a crash: the key keeps a's last revision
-  const epochB = await b.lease.acquired();
+  const revisionB = await b.lease.acquired();
   const tookMs = performance.now() - abandoned;
   const { overlaps } = sampler.stop();
   // b's clock started when it first saw a's last renewal, which a sent at most one renewal before stopping.
   assert.ok(tookMs >= LEASE_MS - RENEW_MS - 50, `took over after ${Math.round(tookMs)} ms`);
   assert.ok(tookMs <= LEASE_MS + 3 * RENEW_MS, `took over after ${Math.round(tookMs)} ms`);
-  assert.ok(epochB > epochA);
+  assert.ok(revisionB > revisionA);
   assert.equal(overlaps, 0);
 });
 
@@ -222,20 +224,20 @@ test("expiry is judged by the contender's own monotonic clock", async (t) => {
   await b.lease.acquired(AbortSignal.timeout(2 * RENEW_MS + 500));
 });
 
-test("a paused owner sees valid() false on wake-up before doing anything, then re-acquires with a new epoch", async (t) => {
+test("a paused owner sees valid() false on wake-up before doing anything, then re-acquires with a new lease revision", async (t) => {
   const defer = deferrals(t);
   const key = uniqueName("link");
   let pausedMs = 0;
   const a = await member(defer, node.url, key, "a", { now: () => performance.now() + pausedMs });
   a.lease.start();
-  const epoch = await a.lease.acquired();
+  const leaseRevision = await a.lease.acquired();
   assert.ok(a.lease.valid());
   pausedMs += LEASE_MS; // what SIGSTOP for a lease's length looks like to the process's monotonic clock
   assert.equal(a.lease.valid(), false, "invalid synchronously: no I/O, no timer needed");
   await check(() => a.losses.length === 1, { name: "a noticed the loss" });
-  // Nobody else took the key, and it still names a: a takes it back at once, as a new epoch.
+  // Nobody else took the key, and it still names a: a takes it back at once, as a new lease revision.
   const next = await a.lease.acquired(AbortSignal.timeout(2_000));
-  assert.ok(next > epoch);
+  assert.ok(next > leaseRevision);
   assert.match(a.losses[0]!, /deadline/);
 });
 
@@ -245,24 +247,25 @@ test("the stored wall time never decides: renewedAt in the past is respected, in
   const b = await member(defer, node.url, key, "b");
   const kv = await openKv(b.nc);
   // A "ghost" owner whose wall clock is decades behind renews by CAS like a real one would.
-  const ghost = (renewedAt: string, epoch?: number) => JSON.stringify({ owner: "ghost", epoch, renewedAt });
+  // Its value as relays store it (the lease revision under the JSON key `epoch`).
+  const ghost = (renewedAt: string, leaseRevision?: number) => JSON.stringify({ owner: "ghost", epoch: leaseRevision, renewedAt });
   let revision = await kv.create(key, ghost("1970-01-01T00:00:00.000Z"));
-  const epoch = revision;
+  const leaseRevision = revision;
   b.lease.start();
   const end = performance.now() + 2 * LEASE_MS;
   while (performance.now() < end) {
     await new Promise((r) => setTimeout(r, RENEW_MS));
-    revision = await kv.update(key, ghost("1970-01-01T00:00:00.000Z", epoch), revision);
+    revision = await kv.update(key, ghost("1970-01-01T00:00:00.000Z", leaseRevision), revision);
     assert.equal(b.lease.valid(), false, "b never owns a lease that is being renewed");
     assert.equal(b.lease.state, "contending");
   }
   // Last renewal, dated far in the future; then the ghost dies.
-  await kv.update(key, ghost("2999-01-01T00:00:00.000Z", epoch), revision);
+  await kv.update(key, ghost("2999-01-01T00:00:00.000Z", leaseRevision), revision);
   const died = performance.now();
-  const epochB = await b.lease.acquired(AbortSignal.timeout(LEASE_MS * 3));
+  const revisionB = await b.lease.acquired(AbortSignal.timeout(LEASE_MS * 3));
   const tookMs = performance.now() - died;
   assert.ok(tookMs >= LEASE_MS - 50 && tookMs <= LEASE_MS + 3 * RENEW_MS, `took over after ${Math.round(tookMs)} ms`);
-  assert.ok(epochB > revision);
+  assert.ok(revisionB > revision);
 });
 
 test("an owner whose key is overwritten or deleted loses at once, not at its deadline", async (t) => {
@@ -280,15 +283,15 @@ test("an owner whose key is overwritten or deleted loses at once, not at its dea
   assert.ok(performance.now() - written < 2 * RENEW_MS, "at the next renewal, long before the deadline");
   assert.match(a.losses[0]!, /taken by intruder/);
   assert.equal(a.lease.valid(), false);
-  // The intruder never renews: a takes the key back after a lease of its own clock, as a new epoch.
-  const epoch = await a.lease.acquired(AbortSignal.timeout(LEASE_MS + 1_000));
+  // The intruder never renews: a takes the key back after a lease of its own clock, as a new lease revision.
+  const leaseRevision = await a.lease.acquired(AbortSignal.timeout(LEASE_MS + 1_000));
   // An operator deletes the key: the watch tells a at once.
   const deleted = performance.now();
   await kv.delete(key);
   await check(() => a.losses.length === 2, { name: "a lost again", timeoutMs: RENEW_MS, intervalMs: 2 });
   assert.ok(performance.now() - deleted < RENEW_MS / 2, "before the next renewal was due");
   assert.match(a.losses[1]!, /deleted/);
-  assert.ok((await a.lease.acquired(AbortSignal.timeout(2_000))) > epoch);
+  assert.ok((await a.lease.acquired(AbortSignal.timeout(2_000))) > leaseRevision);
 });
 
 test("a renewal that lands after its request timed out is recognised, not mistaken for a takeover", async (t) => {
@@ -297,18 +300,18 @@ test("a renewal that lands after its request timed out is recognised, not mistak
   const own = await servers.startNats();
   const a = await member(defer, own.url, uniqueName("link"), "a");
   a.lease.start();
-  const epoch = await a.lease.acquired();
+  const leaseRevision = await a.lease.acquired();
   await new Promise((r) => setTimeout(r, RENEW_MS + 20));
   // The server stops answering for longer than a request timeout (500 ms) but well within the lease:
   // the renewal sent meanwhile times out on the client, then lands when the server resumes.
   await own.pause();
   await holds(700, "a stays valid while the server is frozen", () => a.lease.valid());
   await own.resume();
-  await holds(LEASE_MS, "a stays valid and keeps its epoch", () => a.lease.valid() && a.lease.epoch === epoch);
+  await holds(LEASE_MS, "a stays valid and keeps its lease revision", () => a.lease.valid() && a.lease.leaseRevision === leaseRevision);
   assert.deepEqual(a.losses, []);
 });
 
-test("members racing for one key: never two valid at once, epochs strictly increase", async (t) => {
+test("members racing for one key: never two valid at once, lease revisions strictly increase", async (t) => {
   const defer = deferrals(t);
   const key = uniqueName("link");
   const members = await Promise.all(["m1", "m2", "m3", "m4"].map((id) => member(defer, node.url, key, id)));
@@ -319,16 +322,16 @@ test("members racing for one key: never two valid at once, epochs strictly incre
   // deadline), release. Each time exactly one of the others must take over.
   for (const leave of ["release", "cut", "release"] as const) {
     const owner = await check(() => ownerOf(members), { name: "one owner", timeoutMs: 5_000 });
-    acquisitions.push(owner.lease.epoch!);
+    acquisitions.push(owner.lease.leaseRevision!);
     if (leave === "release") await owner.lease.stop();
     else await owner.nc.close();
     await check(() => ownerOf(members) !== undefined && ownerOf(members) !== owner, { name: `a new owner after ${leave}`, timeoutMs: 5_000 });
   }
-  acquisitions.push(ownerOf(members)!.lease.epoch!);
-  const { samples, overlaps, epochs } = sampler.stop();
+  acquisitions.push(ownerOf(members)!.lease.leaseRevision!);
+  const { samples, overlaps, revisions } = sampler.stop();
   assert.ok(samples > 500, `sampled ${samples} times`);
   assert.equal(overlaps, 0, "never two valid owners at one instant");
-  assertIncreasing(epochs);
+  assertIncreasing(revisions);
   assertIncreasing(acquisitions);
   assert.equal(new Set(acquisitions).size, 4);
 });
@@ -339,7 +342,7 @@ test("the owner's server dies: valid() turns false at its own deadline; after a 
   const own = await servers.startNats();
   const a = await member(defer, own.url, uniqueName("link"), "a");
   a.lease.start();
-  const epoch = await a.lease.acquired();
+  const leaseRevision = await a.lease.acquired();
   await new Promise((r) => setTimeout(r, 2 * RENEW_MS));
   await own.kill();
   const killed = performance.now();
@@ -352,7 +355,7 @@ test("the owner's server dies: valid() turns false at its own deadline; after a 
   await check(() => a.lease.state === "contending" && a.losses.length === 1, { name: "a back to contending", timeoutMs: 1_000 });
   await own.restart();
   const next = await a.lease.acquired(AbortSignal.timeout(10_000));
-  assert.ok(next > epoch);
+  assert.ok(next > leaseRevision);
   assert.equal(a.losses.length, 1);
 });
 
@@ -366,17 +369,17 @@ test("3-node cluster: an owner cut off from the cluster is fenced before another
   const a = await member(defer, n1!.url, key, "a", { connect: { ignoreClusterUpdates: true } });
   const b = await member(defer, [n2!.url, n3!.url], key, "b", { connect: { ignoreClusterUpdates: true } });
   a.lease.start();
-  const epochA = await a.lease.acquired(AbortSignal.timeout(15_000));
+  const revisionA = await a.lease.acquired(AbortSignal.timeout(15_000));
   assert.equal((await (await new Kvm(b.nc).open("relay_leases")).status()).replicas, 3, "bucket created R3");
   b.lease.start();
   await holds(LEASE_MS, "a owns while b contends", () => a.lease.valid() && b.lease.state === "contending");
   const sampler = watchValidity([a.lease, b.lease]);
   await n1!.kill();
-  const epochB = await b.lease.acquired(AbortSignal.timeout(20_000));
-  const { overlaps, epochs } = sampler.stop();
+  const revisionB = await b.lease.acquired(AbortSignal.timeout(20_000));
+  const { overlaps, revisions } = sampler.stop();
   assert.equal(overlaps, 0, "never both valid");
-  assert.ok(epochB > epochA);
-  assert.deepEqual(epochs, [epochA, epochB]);
+  assert.ok(revisionB > revisionA);
+  assert.deepEqual(revisions, [revisionA, revisionB]);
   assert.equal(a.lease.valid(), false);
   assert.equal(a.losses.length, 1);
 });

@@ -75,18 +75,25 @@ async function getStatus(url: string): Promise<RelayStatus> {
 /** For reloaders made here: the relay logs each reload's outcome itself. */
 const silent = createLogger({ level: "silent" });
 
-const epochOf = (status: RelayStatus, link: string) =>
-  status.links.find((l) => l.name === link)?.ownership?.epoch;
+const leaseRevisionOf = (status: RelayStatus, link: string) =>
+  status.links.find((l) => l.name === link)?.ownership?.leaseRevision;
 
-/** /status once `link` is owned by the relay (its lease epoch known). */
+/**
+ * /status once `link` is owned by the relay (its lease revision known). It also shows the lease
+ * revision as `epoch`, its deprecated name, with the same value.
+ */
 async function ownedStatus(url: string, link: string): Promise<RelayStatus> {
-  return check(
+  const status = await check(
     async () => {
       const s = await getStatus(url);
-      return epochOf(s, link) !== undefined ? s : undefined;
+      return leaseRevisionOf(s, link) !== undefined ? s : undefined;
     },
     { name: `${link} owned`, timeoutMs: 20_000 },
   );
+  const ownership = status.links.find((l) => l.name === link)?.ownership;
+  assert.equal(typeof ownership?.leaseRevision, "number");
+  assert.equal(ownership?.epoch, ownership?.leaseRevision, "/status: ownership.epoch (deprecated) equals ownership.leaseRevision");
+  return status;
 }
 
 /** The largest pause between consecutive stored messages whose store time is within [from, to] (ms). */
@@ -117,7 +124,7 @@ test("SIGHUP adding a link under load: the new link relays, the running one does
   const url = await relay.httpUrl();
   await waitReady(url, "the relay");
   const before = await ownedStatus(url, "a-to-b");
-  const epochBefore = epochOf(before, "a-to-b");
+  const revisionBefore = leaseRevisionOf(before, "a-to-b");
 
   // The new link's source holds a backlog already; link a-to-b is under a steady load.
   const backlog = await publishIds(r.nca, second.src, "n", 3_000);
@@ -168,7 +175,7 @@ test("SIGHUP adding a link under load: the new link relays, the running one does
   assert.ok(destGap < 1_000, `a-to-b paused ${destGap} ms during the reload`);
 
   const after = await getStatus(url);
-  assert.equal(epochOf(after, "a-to-b"), epochBefore, "a-to-b kept its lease: it was not restarted");
+  assert.equal(leaseRevisionOf(after, "a-to-b"), revisionBefore, "a-to-b kept its lease: it was not restarted");
   assert.notEqual(after.config?.hash, before.config?.hash);
   assert.ok((after.config?.loadedAt ?? "") > (before.config?.loadedAt ?? ""), "loadedAt moved on");
   assert.equal(after.config?.lastReload?.trigger, "SIGHUP");
@@ -200,8 +207,8 @@ test("changing a link's to.subject restarts only that link; removing a link drai
   const ids2 = await publishIds(r.nca, pair.src, "y", 500);
   await waitForCount(r.ncb, r.dst, 500, 30_000);
   await waitForCount(r.ncb, pair.dst, 500, 30_000);
-  const epochs = () => ({ one: epochOf(relay.status(), "one"), two: epochOf(relay.status(), "two") });
-  const start = epochs();
+  const leaseRevisions = () => ({ one: leaseRevisionOf(relay.status(), "one"), two: leaseRevisionOf(relay.status(), "two") });
+  const start = leaseRevisions();
   /** one's states entered since `at` that a restart would pass through. */
   const restartStates = (at: string) =>
     (relay.status().links.find((l) => l.name === "one")?.stateHistory ?? [])
@@ -215,11 +222,11 @@ test("changing a link's to.subject restarts only that link; removing a link drai
     { changed: changed.changed, unchanged: changed.unchanged, result: changed.result },
     { changed: ["two"], unchanged: ["one"], result: "success" },
   );
-  await check(() => epochs().two !== undefined && epochs().two !== start.two, {
+  await check(() => leaseRevisions().two !== undefined && leaseRevisions().two !== start.two, {
     name: "two restarted: it took its lease again",
     timeoutMs: 20_000,
   });
-  assert.equal(epochs().one, start.one, "one kept its lease");
+  assert.equal(leaseRevisions().one, start.one, "one kept its lease");
   assert.deepEqual(restartStates(changedAt), [], "one did not stop or start again");
   const more2 = await publishIds(r.nca, pair.src, "y", 300, 500);
   const more1 = await publishIds(r.nca, r.src, "x", 300, 500);
@@ -285,7 +292,7 @@ test("changing a link's to.subject restarts only that link; removing a link drai
   assert.equal(await metricValue(relay, "relay_link_owner", { link: "one" }), 1);
 
   // one was never touched, and relays on.
-  assert.equal(epochs().one, start.one);
+  assert.equal(leaseRevisions().one, start.one);
   assert.deepEqual(restartStates(changedAt), []);
   const last1 = await publishIds(r.nca, r.src, "x", 200, 800);
   await waitForCount(r.ncb, r.dst, 1_000, 30_000, "one relays after two was removed");
@@ -349,8 +356,8 @@ test("a bad file (YAML error, then a schema error) changes nothing: the failure 
   await waitForCount(r.ncb, r.dst, ids.length, 30_000, "the link relays after the failed reloads");
   await assertInOrder(r.ncb, r.dst, ids);
   assert.equal(
-    epochOf(await getStatus(url), "a-to-b"),
-    epochOf(before, "a-to-b"),
+    leaseRevisionOf(await getStatus(url), "a-to-b"),
+    leaseRevisionOf(before, "a-to-b"),
     "the link was not restarted",
   );
   assert.ok(relay.running);

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { formatErrors, formatGroup, formatTable } from "../../src/cli/status-command.js";
 import type { RelayStatus } from "../../src/relay/relay.js";
 
-const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
+const link = (name: string, self: boolean, owner: string, leaseRevision?: number) => ({
   name,
   from: "a/S",
   to: "b/S",
@@ -14,7 +14,7 @@ const link = (name: string, self: boolean, owner: string, epoch?: number) => ({
   corrections: {},
   stateHistory: [],
   gaps: [],
-  ownership: { owner, self, preferred: self, key: `a.S.${name}`, ...(epoch !== undefined ? { epoch, since: "2026-12-01T00:00:01.000Z" } : {}) },
+  ownership: { owner, self, preferred: self, key: `a.S.${name}`, ...(leaseRevision !== undefined ? { leaseRevision, epoch: leaseRevision, since: "2026-12-01T00:00:01.000Z" } : {}) },
 });
 
 const status: RelayStatus = {
@@ -32,9 +32,9 @@ const status: RelayStatus = {
   },
 };
 
-test("status shows each link's owner and epoch, and the group's members with the links placed on each", () => {
+test("status shows each link's owner and lease revision, and the group's members with the links placed on each", () => {
   const table = formatTable(status).split("\n");
-  assert.match(table[0] ?? "", /OWNER\s+EPOCH/);
+  assert.match(table[0] ?? "", /OWNER\s+LEASE REV\s+RELAYED/);
   assert.match(table[1] ?? "", /^l1 .*this relay\s+42/);
   // The self-sizing window, what holds it, and the round trip to the source.
   assert.match(table[0] ?? "", /IN FLIGHT\s+WINDOW\s+RTT/);
@@ -45,6 +45,12 @@ test("status shows each link's owner and epoch, and the group's members with the
   assert.equal(group[0], "group bucket relay_leases: 2 members");
   assert.match(group[2] ?? "", /^m1 \(this relay\)\s+host-1\s+\S+\s+l1$/);
   assert.match(group[3] ?? "", /^m2\s+host-2\s+\S+\s+l2$/);
+});
+
+test("status shows the lease revision of a relay before the rename, whose /status names it only `epoch`", () => {
+  const { leaseRevision: _, ...older } = status.links[0]!.ownership!;
+  const table = formatTable({ ...status, links: [{ ...status.links[0]!, ownership: older }] }).split("\n");
+  assert.match(table[1] ?? "", /^l1 .*this relay\s+42\s/);
 });
 
 test("status warns when the group's members disagree on group.lease/group.renew, naming each one's settings", () => {

@@ -12,7 +12,7 @@ import type { ClaimResult, Guard } from "../../guard/types.js";
 import type { RelayMetrics } from "../../observability/metrics.js";
 import type { Entry } from "../entry.js";
 import { wireSize } from "../entry.js";
-import type { EpochOption, PathState, Scheduler } from "./common.js";
+import type { FencingTokenOption, PathState, Scheduler } from "./common.js";
 import { claimedItem } from "./common.js";
 import type { DeadLetters } from "./dead-letter.js";
 import type { Health } from "./health.js";
@@ -26,7 +26,8 @@ export interface ClaimNeeds {
   readonly metrics: Pick<RelayMetrics, "guardDuration" | "held">;
   readonly logger: Logger;
   readonly state: Readonly<Pick<PathState, "destination" | "halted">>;
-  readonly epoch: () => EpochOption;
+  /** The fencing token of the lease the relay holds the link under, for the guard's fence. */
+  readonly fencingToken: () => FencingTokenOption;
   readonly health: Pick<Health, "guardBlockedUntil" | "guardFailed" | "guardRecovered">;
   readonly versions: Pick<UncommittedVersions, "get" | "set">;
   readonly tally: Pick<Tally, "correct" | "debugOn" | "debug">;
@@ -109,7 +110,7 @@ export class ClaimStage {
       .claim(
         batch.map((e) => e.identity),
         token,
-        { ...(takeover ? { takeover } : {}), ...this.needs.epoch() },
+        { ...(takeover ? { takeover } : {}), ...this.needs.fencingToken() },
       )
       .then((results) => {
         end();

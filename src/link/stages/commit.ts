@@ -8,7 +8,7 @@ import type { LinkConfig } from "../../config/types.js";
 import type { Guard } from "../../guard/types.js";
 import type { MessageOutcome, RelayMetrics } from "../../observability/metrics.js";
 import type { Entry } from "../entry.js";
-import type { EpochOption, Scheduler } from "./common.js";
+import type { FencingTokenOption, Scheduler } from "./common.js";
 import { claimedItem } from "./common.js";
 import type { Health } from "./health.js";
 import type { SourceAckStage } from "./source-ack.js";
@@ -18,7 +18,8 @@ export interface CommitNeeds {
   readonly guard: Guard;
   readonly metrics: Pick<RelayMetrics, "guardDuration">;
   readonly owns: () => boolean;
-  readonly epoch: () => EpochOption;
+  /** The fencing token of the lease the relay holds the link under, for the guard's fence. */
+  readonly fencingToken: () => FencingTokenOption;
   readonly health: Pick<Health, "guardBlockedUntil" | "guardFailed" | "guardRecovered">;
   readonly sourceAck: Pick<SourceAckStage, "finish">;
   readonly scheduler: Scheduler;
@@ -65,7 +66,7 @@ export class CommitStage {
     const end = this.needs.metrics.guardDuration.startTimer({ ...this.label, op: "commit" });
     guard
       // A dead-lettered message was not applied: its id is done, its entity's version does not move.
-      .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)), this.needs.epoch())
+      .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)), this.needs.fencingToken())
       .then(() => {
         end();
         health.guardRecovered();

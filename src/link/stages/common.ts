@@ -47,9 +47,12 @@ export interface Scheduler {
   scheduleAt(until: number): void;
 }
 
-/** The lease epoch (and its bucket's incarnation) claims and commits carry; empty without an epoch. */
-export interface EpochOption {
-  epoch?: number;
+/**
+ * The fencing token claims and commits carry: the lease revision and its bucket's incarnation; empty
+ * without a lease.
+ */
+export interface FencingTokenOption {
+  leaseRevision?: number;
   incarnation?: number;
 }
 

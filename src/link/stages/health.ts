@@ -50,7 +50,7 @@ export class Health {
     const relayErr = toRelayError(err, ErrorCodes.GUARD_UNAVAILABLE);
     this.needs.tally.recordError(relayErr);
     if (relayErr.code === ErrorCodes.LEASE_FENCED) {
-      // Another relay owns the link under a newer epoch: nothing of this batch was claimed or
+      // Another relay owns the link under a newer lease revision: nothing of this batch was claimed or
       // committed. What this relay holds stays unacked; the link drops it for the new owner.
       this.needs.logger.warn({ code: relayErr.code, err: relayErr.message }, "guard fenced this relay off: another relay owns the link");
       this.blockedGuardUntil = Date.now() + 1_000;
