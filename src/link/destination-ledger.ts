@@ -18,14 +18,20 @@ export interface StoredReorder {
 
 /** Finished source sequences remembered for redeliveries (a consumer that lost acks in a failover). */
 const FINISHED_KEPT = 65_536;
+/** The ring starts this small and doubles as the link finishes messages: an idle link costs 2 KiB, not 512. */
+const FINISHED_INITIAL = 256;
 
 export class DestinationLedger {
   private lastDest = 0;
   /** Source seq → destination seq (0 when it was not stored: a loop, a stale version, a guard duplicate). */
   private readonly finished = new Map<number, number>();
-  /** The finished sequences in the order they were added: a ring of FINISHED_KEPT slots (0 = empty). */
-  private readonly finishedOrder = new Float64Array(FINISHED_KEPT);
+  /**
+   * The finished sequences in the order they were added: a ring (0 = empty) that grows to FINISHED_KEPT
+   * slots before it starts evicting the oldest.
+   */
+  private finishedOrder = new Float64Array(FINISHED_INITIAL);
   private finishedNext = 0;
+  private finishedWrapped = false;
   private maxSource = 0;
   private maxSourceDest = 0;
   private known = new Map<number, number>();
@@ -80,10 +86,19 @@ export class DestinationLedger {
     if (!this.finished.has(sourceSeq)) {
       // Evict by ring position, not by `keys().next()`: a Map's iterator walks over the holes its
       // deletions leave at the front, which made each call O(holes) on the hot path.
+      if (this.finishedNext === this.finishedOrder.length) {
+        if (!this.finishedWrapped && this.finishedOrder.length < FINISHED_KEPT) {
+          const grown = new Float64Array(this.finishedOrder.length * 2);
+          grown.set(this.finishedOrder);
+          this.finishedOrder = grown;
+        } else {
+          this.finishedNext = 0;
+          this.finishedWrapped = true;
+        }
+      }
       const evicted = this.finishedOrder[this.finishedNext];
       if (evicted !== undefined && evicted !== 0) this.finished.delete(evicted);
-      this.finishedOrder[this.finishedNext] = sourceSeq;
-      this.finishedNext = (this.finishedNext + 1) % FINISHED_KEPT;
+      this.finishedOrder[this.finishedNext++] = sourceSeq;
     }
     this.finished.set(sourceSeq, destSeq);
   }
@@ -107,8 +122,9 @@ export class DestinationLedger {
     this.maxSource = 0;
     this.maxSourceDest = 0;
     this.finished.clear();
-    this.finishedOrder.fill(0);
+    this.finishedOrder = new Float64Array(FINISHED_INITIAL);
     this.finishedNext = 0;
+    this.finishedWrapped = false;
     this.known.clear();
     this.knownUpTo = 0;
   }

@@ -15,7 +15,7 @@ export class PendingPublishes<T> {
   private next = 0;
   private count = 0;
 
-  constructor(initialCapacity = 1024) {
+  constructor(initialCapacity = 64) {
     const capacity = 2 ** Math.ceil(Math.log2(Math.max(2, initialCapacity)));
     this.values = new Array<T | undefined>(capacity);
     this.ids = new Float64Array(capacity).fill(-1);

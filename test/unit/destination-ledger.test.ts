@@ -18,3 +18,13 @@ test("the finished ledger keeps the newest 65,536 sequences, forgets the oldest 
   ledger.done(5, 50);
   assert.equal(ledger.finishedAt(5), 50);
 });
+
+test("the finished ledger starts small and grows: nothing below 65,536 is forgotten while it grows, also after a reset", () => {
+  const ledger = new DestinationLedger();
+  for (let round = 0; round < 2; round++) {
+    for (let seq = 1; seq <= 5_000; seq++) ledger.done(seq, seq + 1);
+    for (let seq = 1; seq <= 5_000; seq++) assert.equal(ledger.finishedAt(seq), seq + 1, `round ${round}: seq ${seq} kept`);
+    ledger.reset();
+    assert.equal(ledger.finishedAt(1), undefined);
+  }
+});

@@ -1,0 +1,147 @@
+/**
+ * What a relay costs per link it holds (issue #23): one relay process (compiled), N links a/SRC_i →
+ * b/DST_i between two single nats-servers, default link settings, no traffic. For each N:
+ *   start     seconds from the process's start until every link is `live` in /status
+ *   idle      relay CPU (% of one core) and the servers' CPU over BENCH_IDLE_SECONDS with nothing to move
+ *   RSS       the relay's resident set after the idle phase, and its peak
+ *   burst     50 messages per link published at once (N × 50), and the seconds until every destination
+ *             holds them all, as msgs/s
+ * BENCH_LINKS=100,1000 sets the counts; BENCH_LINKS_YAML adds top-level config (e.g. "group: { renew: 2s }");
+ * BENCH_RELAY_NODE_ARGS passes node flags to the relay (e.g. --cpu-prof).
+ */
+import { readFileSync } from "node:fs";
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { JetStreamManager } from "@nats-io/jetstream";
+import { connect, headers } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { LocalBackend } from "../test/helpers/local-backend.js";
+import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, peakRssMb } from "./common.js";
+
+const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 10);
+const BURST_PER_LINK = 50;
+
+export interface IdleLinksRow {
+  links: number;
+  startSeconds: number;
+  idleRelayCpuPct: number;
+  idleServerCpuPct: number;
+  rssMb: number;
+  peakRssMb: number;
+  burstSeconds: number;
+}
+
+function rssMb(pid: number | undefined): number {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return m?.[1] ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+async function poll<T>(what: string, timeoutMs: number, fn: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`idle-links bench: ${what} not reached within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Messages held by the destination streams DST_0..DST_{n-1}, by one paged stream listing. */
+async function destinationTotal(jsm: JetStreamManager): Promise<number> {
+  let total = 0;
+  for await (const si of jsm.streams.list()) if (si.config.name.startsWith("DST_")) total += si.state.messages;
+  return total;
+}
+
+async function publishBurst(nc: NatsConnection, links: number): Promise<void> {
+  const js = (await import("@nats-io/jetstream")).jetstream(nc);
+  const pending: Promise<unknown>[] = [];
+  for (let i = 0; i < links; i++) {
+    for (let k = 0; k < BURST_PER_LINK; k++) {
+      const h = headers();
+      h.set("Nats-Msg-Id", `b-${i}-${k}`);
+      pending.push(js.publish(`src${i}.m`, BENCH_PAYLOAD, { headers: h }));
+      if (pending.length >= 4_096) await Promise.all(pending.splice(0));
+    }
+  }
+  await Promise.all(pending);
+}
+
+async function oneRow(servers: LocalBackend, links: number): Promise<IdleLinksRow> {
+  const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
+  const nca = await connect({ servers: a.url });
+  const ncb = await connect({ servers: b.url });
+  try {
+    for (let i = 0; i < links; i++) await Promise.all([addStream(nca, `SRC_${i}`, [`src${i}.>`]), addStream(ncb, `DST_${i}`, [`src${i}.>`])]);
+    const linkYaml = Array.from({ length: links }, (_, i) => `  - { name: l${i}, from: { region: a, stream: SRC_${i} }, to: { region: b, stream: DST_${i} } }`).join("\n");
+    const config = await writeConfig(`
+regions:
+  a: { servers: ["${a.url}"] }
+  b: { servers: ["${b.url}"] }
+links:
+${linkYaml}
+http: { listen: "127.0.0.1:0" }
+log: { level: info }
+${process.env["BENCH_LINKS_YAML"] ?? ""}
+`);
+    const started = performance.now();
+    // BENCH_RELAY_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": profile the relay (written at its exit).
+    const nodeArgs = (process.env.BENCH_RELAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
+    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs });
+    try {
+      const url = await proc.httpUrl(120_000);
+      await poll("every link live", 300_000, async () => {
+        const status = (await (await fetch(`${url}/status`)).json()) as { links: { state: string }[] };
+        return status.links.length === links && status.links.every((l) => l.state === "live") ? true : undefined;
+      });
+      const startSeconds = (performance.now() - started) / 1000;
+      // Idle: let the start settle, then measure.
+      await new Promise((r) => setTimeout(r, 3_000));
+      const relayCpu0 = cpuSeconds(proc.pid);
+      const serverCpu0 = cpuSeconds(a.pid) + cpuSeconds(b.pid);
+      const idleStart = performance.now();
+      await new Promise((r) => setTimeout(r, IDLE_SECONDS * 1000));
+      const idleSeconds = (performance.now() - idleStart) / 1000;
+      const idleRelayCpuPct = ((cpuSeconds(proc.pid) - relayCpu0) / idleSeconds) * 100;
+      const idleServerCpuPct = ((cpuSeconds(a.pid) + cpuSeconds(b.pid) - serverCpu0) / idleSeconds) * 100;
+      const rss = rssMb(proc.pid);
+      const jsm = await jetstreamManager(ncb);
+      const burstStart = performance.now();
+      await publishBurst(nca, links);
+      await poll("the burst relayed", 600_000, async () => ((await destinationTotal(jsm)) >= links * BURST_PER_LINK ? true : undefined));
+      const burstSeconds = (performance.now() - burstStart) / 1000;
+      return { links, startSeconds, idleRelayCpuPct, idleServerCpuPct, rssMb: rss, peakRssMb: peakRssMb(proc.pid) ?? NaN, burstSeconds };
+    } finally {
+      proc.signal("SIGTERM");
+      await proc.exited;
+    }
+  } finally {
+    await Promise.all([nca.close(), ncb.close()]);
+  }
+}
+
+/** Runs the idle-links rows and prints them. */
+export async function idleLinkRows(servers: LocalBackend, counts: readonly number[]): Promise<IdleLinksRow[]> {
+  console.log(`\nidle links: one relay, N links between two single servers, default settings; idle over ${IDLE_SECONDS} s; a burst of ${BURST_PER_LINK} msgs per link:`);
+  console.log(
+    `${"links".padStart(6)}${"all live".padStart(10)}${"idle relay CPU".padStart(16)}${"idle server CPU".padStart(17)}${"RSS".padStart(9)}${"peak RSS".padStart(10)}` +
+      `${"burst drained".padStart(15)}${"msgs/s".padStart(9)}`,
+  );
+  const rows: IdleLinksRow[] = [];
+  for (const n of counts) {
+    const r = await oneRow(servers, n);
+    rows.push(r);
+    console.log(
+      `${String(n).padStart(6)}${`${r.startSeconds.toFixed(1)} s`.padStart(10)}${`${r.idleRelayCpuPct.toFixed(1)} %`.padStart(16)}` +
+        `${`${r.idleServerCpuPct.toFixed(1)} %`.padStart(17)}${`${r.rssMb.toFixed(0)} MB`.padStart(9)}${`${r.peakRssMb.toFixed(0)} MB`.padStart(10)}` +
+        `${`${r.burstSeconds.toFixed(1)} s`.padStart(15)}${Math.round((n * BURST_PER_LINK) / r.burstSeconds)
+          .toString()
+          .padStart(9)}`,
+    );
+  }
+  return rows;
+}
