@@ -24,6 +24,8 @@ export class GroupCoordinator {
   private readonly units = new Map<string, PlacedUnit>();
   private readonly preferred = new Map<string, boolean>();
   private stopped = false;
+  /** What the last placement was computed from (see `apply`). */
+  private lastInputs: string | undefined;
 
   constructor(
     private readonly membership: GroupMembership,
@@ -73,7 +75,13 @@ export class GroupCoordinator {
   private apply(members: readonly MemberView[], why: string): void {
     if (this.stopped) return;
     const visible = members.some((m) => m.id === this.self.id);
-    const placed = visible ? placeUnits([...this.units.keys()], members, this.owners()) : new Map<string, string>();
+    const owners = this.owners();
+    // The members and owners are re-read every renewal: the same inputs place every unit the same way,
+    // so a steady group skips the hashing and sorting (a thousand links would do it every second).
+    const inputs = `${visible}|${members.map((m) => `${m.id}=${m.name}`).join(",")}|${[...this.units.keys()].map((u) => `${u}=${owners.get(u) ?? ""}`).join(",")}`;
+    if (inputs === this.lastInputs) return;
+    this.lastInputs = inputs;
+    const placed = visible ? placeUnits([...this.units.keys()], members, owners) : new Map<string, string>();
     for (const [key, unit] of this.units) {
       const target = placed.get(key);
       const mine = target === this.self.id;

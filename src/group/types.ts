@@ -1,3 +1,5 @@
+import type { TickGrid } from "../lifecycle/tick-grid.js";
+import type { LeaseKeyWatches } from "./lease-wakeup.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -36,6 +38,10 @@ export interface LeaseOptions {
   readonly now?: () => number;
   /** Called at every change of ownership (for `relay_lease_transitions_total`). */
   readonly onTransition?: (reason: LeaseTransition) => void;
+  /** The relay's shared tick grid: renewals wait on it, so the links' renewals leave in one write. */
+  readonly ticks?: TickGrid;
+  /** The relay's one watch over the group bucket (else this lease watches its own key). */
+  readonly keyWatches?: LeaseKeyWatches;
 }
 
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */
@@ -59,6 +65,7 @@ export interface CompiledLeaseOptions {
   readonly replicas: number | undefined;
   readonly now: () => number;
   readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
+  readonly keyWatches: LeaseKeyWatches | undefined;
 }
 
 /**
@@ -120,5 +127,6 @@ export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
     replicas: opts.replicas,
     now: opts.now ?? (() => performance.now()),
     onTransition: opts.onTransition,
+    keyWatches: opts.keyWatches,
   });
 }

@@ -7,6 +7,7 @@ import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
+import type { TickGrid } from "../lifecycle/tick-grid.js";
 import { isApiCode } from "../nats/durable-consumer.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import type { BacklogProbe, BacklogReading } from "./backlog.js";
@@ -30,6 +31,8 @@ export interface BacklogPollDeps {
   /** The link stopping: no poll after it, and a reading that comes back after it writes nothing. */
   readonly signal: AbortSignal;
   readonly intervalMs: number;
+  /** The relay's shared tick grid (none: a timer of its own). */
+  readonly ticks?: TickGrid;
   readonly probe: Pick<BacklogProbe, "read">;
   readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
   readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume">;
@@ -55,6 +58,7 @@ export const IDLE_POLL_EVERY = 5;
 
 export class BacklogPoll {
   private timer: NodeJS.Timeout | undefined;
+  private readonly stopped = new AbortController();
   /** What the last reading found, to tell whether the link has been idle since (see `quiet`). */
   private last: { readonly at: number; readonly delivered: number; readonly standby: boolean; readonly idle: boolean } | undefined;
 
@@ -65,6 +69,7 @@ export class BacklogPoll {
   }
 
   stop(): void {
+    this.stopped.abort();
     if (this.timer) clearTimeout(this.timer);
   }
 
@@ -103,7 +108,7 @@ export class BacklogPoll {
     const d = this.deps;
     if (d.signal.aborted) return;
     const name = d.config.name;
-    this.timer = setTimeout(() => {
+    const poll = () => {
       if (this.quiet(Date.now())) {
         d.guardWatch.poll();
         d.pipeline.resume();
@@ -170,7 +175,15 @@ export class BacklogPoll {
           if (d.ownership.standby) d.health.refresh();
           this.schedule();
         });
-    }, d.intervalMs);
-    this.timer.unref();
+    };
+    // On the relay's shared grid: every link polls in the same tick, and their requests leave together.
+    if (d.ticks) {
+      void d.ticks.sleep(d.intervalMs, d.intervalMs, this.stopped.signal).then(() => {
+        if (!this.stopped.signal.aborted && !d.signal.aborted) poll();
+      });
+    } else {
+      this.timer = setTimeout(poll, d.intervalMs);
+      this.timer.unref();
+    }
   }
 }

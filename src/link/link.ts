@@ -1,16 +1,13 @@
-import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
-import type { LinkConfig, MaxRate, RegionConfig } from "../config/types.js";
+import type { LinkConfig, MaxRate } from "../config/types.js";
 import { ErrorCodes, toRelayError } from "../errors.js";
 import type { RelayError } from "../errors.js";
-import type { Guard } from "../guard/types.js";
 import type { PlacedUnit } from "../group/coordinator.js";
-import type { LinkLease } from "../group/lease.js";
 import type { LinkControlValue } from "../group/link-control.js";
 import { sleep } from "../lifecycle/backoff.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
 import { SourceAcks } from "../nats/source-acks.js";
-import type { LinkState, RelayMetrics } from "../observability/metrics.js";
+import type { LinkState } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import { BacklogPoll } from "./backlog-poll.js";
 import type { BacklogReading } from "./backlog.js";
@@ -34,35 +31,12 @@ import { ResyncRunner } from "./resync-runner.js";
 import { SourceInspector } from "./source-inspector.js";
 import { SourceStream } from "./source-stream.js";
 import { StallWatch } from "./stall-watch.js";
-import type { GatedWriter, WriteGates } from "../nats/write-gate.js";
+import type { GatedWriter } from "../nats/write-gate.js";
 
 export type { LinkOwnership, LinkStatus } from "./link-status.js";
+export type { LinkDeps } from "./link-deps.js";
+import type { LinkDeps } from "./link-deps.js";
 
-export interface LinkDeps {
-  readonly config: LinkConfig;
-  /** Every link of the mesh: needed to suppress redundant paths. */
-  readonly links: readonly LinkConfig[];
-  readonly sourceRegion: RegionConfig;
-  readonly source: NatsConnection;
-  readonly dest: NatsConnection;
-  /** JetStream domain of the destination region, when it has one. */
-  readonly destDomain?: string;
-  /** The link's ownership in the region's group: only the owner consumes, publishes, commits and acks. */
-  readonly lease: LinkLease;
-  readonly guard: Guard;
-  readonly metrics: RelayMetrics;
-  readonly logger: Logger;
-  /** How often backlog and state are refreshed (ms). */
-  readonly pollIntervalMs?: number;
-  /** The relay's clock (ms since the epoch; default Date.now). Backlog ages are measured on the source's. */
-  readonly clock?: () => number;
-  /** Ownership checked again when bytes leave (write-gate.ts); absent: only when they are issued. */
-  readonly writeGates?: WriteGates;
-  /** A catching-up or resyncing link logs its progress this often (ms; 0: never; default 10 s). */
-  readonly progressIntervalMs?: number;
-  /** Pull nothing until the group's control key for the link is read (`setControl`): the relay's links. */
-  readonly awaitControl?: boolean;
-}
 
 /**
  * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
@@ -350,6 +324,7 @@ export class Link {
       logger: this.logger,
       signal: this.abort.signal,
       intervalMs: deps.pollIntervalMs ?? 1_000,
+      ...(deps.ticks ? { ticks: deps.ticks } : {}),
       lease: deps.lease,
       probe: this.probe,
       destinationCheck: this.destinationCheck,

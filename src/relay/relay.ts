@@ -22,6 +22,8 @@ import { WriteGates } from "../nats/write-gate.js";
 import { RegionConnections, close } from "./connections.js";
 import { PlacementSlots } from "./placement.js";
 import { forgetLinkSeries } from "./reload.js";
+import { TickGrid } from "../lifecycle/tick-grid.js";
+import { LeaseKeyWatches } from "../group/lease-wakeup.js";
 import { readinessOf, relayStatus } from "./status.js";
 import type { RelayStatus, WaitingLink } from "./status.js";
 import type { ReloadReport } from "./reload.js";
@@ -65,6 +67,10 @@ export class Relay {
   private readonly waiting = new Map<string, WaitingLink>();
   private readonly abort = new AbortController();
   private readonly startedAt = new Date();
+  /** One grid for the links' periodic work: their renewals and polls leave in a few writes, not one each. */
+  private readonly ticks = new TickGrid();
+  /** One watch over the group bucket for all the links' leases (created with the logger). */
+  private readonly leaseWatches: LeaseKeyWatches;
   private readonly logger: Logger;
   private readonly regionLogger: Logger;
   private current: RelayState = "created";
@@ -104,6 +110,7 @@ export class Relay {
     // One key per name on every line (strict JSON parsers reject duplicates): `region` is this relay's
     // own region, bound once here; components and links are bound once, on loggers made from it.
     this.regionLogger = deps.logger.child({ region });
+    this.leaseWatches = new LeaseKeyWatches(this.regionLogger.child({ component: "lease" }));
     this.logger = this.regionLogger.child({ component: "relay" });
     this.writeGates = new WriteGates({
       logger: this.logger,
@@ -243,6 +250,8 @@ export class Relay {
         owner: this.memberId,
         leaseMs: this.config.group.leaseMs,
         renewMs: this.config.group.renewMs,
+        ticks: this.ticks,
+        keyWatches: this.leaseWatches,
         logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
@@ -265,6 +274,7 @@ export class Relay {
         metrics: this.metrics,
         logger,
         ...(this.deps.pollIntervalMs ? { pollIntervalMs: this.deps.pollIntervalMs } : {}),
+        ticks: this.ticks,
         ...(this.deps.clock ? { clock: this.deps.clock } : {}),
         writeGates: this.writeGates,
         progressIntervalMs: this.config.log.progressIntervalMs,

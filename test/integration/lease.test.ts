@@ -6,6 +6,8 @@ import { Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
 import { pino } from "pino";
 import { LinkLease } from "../../src/group/lease.js";
+import { LeaseKeyWatches } from "../../src/group/lease-wakeup.js";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { LeaseOptions } from "../../src/group/lease.js";
 import type { StoredLeaseValue } from "../../src/group/lease-value.js";
 import { check, uniqueName } from "../helpers/check.js";
@@ -393,4 +395,45 @@ test("the bucket is created with min(3, cluster size) replicas: 2 on a 2-node cl
   await a.lease.acquired(AbortSignal.timeout(20_000));
   const info = await (await new Kvm(a.nc).open(bucket)).status();
   assert.equal(info.replicas, 2);
+});
+
+test("a relay's leases share one watch of the bucket: one consumer per relay, a release wakes the successor at once, a delete tells the owner at once", async (t) => {
+  const defer = deferrals(t);
+  const keys = [uniqueName("link"), uniqueName("link"), uniqueName("link")];
+  const slow = { leaseMs: 5_000, renewMs: 1_000 };
+  const relayX = new LeaseKeyWatches(logger);
+  const relayY = new LeaseKeyWatches(logger);
+  const xs = await Promise.all(keys.map((k) => member(defer, node.url, k, "x", { ...slow, keyWatches: relayX })));
+  const ys = await Promise.all(keys.map((k) => member(defer, node.url, k, "y", { ...slow, keyWatches: relayY })));
+  const jsm = await jetstreamManager(xs[0]!.nc);
+  // Watch consumers on the bucket's stream, by what they watch: the whole bucket, or one of our keys.
+  // (Earlier tests leave theirs for the server to expire.)
+  const watchesOf = async () => {
+    const filters: string[] = [];
+    for await (const ci of jsm.consumers.list("KV_relay_leases")) filters.push(ci.config.filter_subject ?? "");
+    return { bucket: filters.filter((f) => f === "$KV.relay_leases.>").length, perKey: filters.filter((f) => keys.some((k) => f.endsWith(k))).length };
+  };
+  for (const x of xs) x.lease.start();
+  await Promise.all(xs.map((x) => x.lease.acquired()));
+  for (const y of ys) y.lease.start();
+  await check(() => ys.every((y) => y.lease.state === "contending"), { name: "y contends for every key" });
+  // Two relays, three leases each: two watches on the server (a watch per key would be six).
+  await check(async () => JSON.stringify(await watchesOf()) === JSON.stringify({ bucket: 2, perKey: 0 }), { name: "one watch consumer per relay", timeoutMs: 5_000 });
+  await new Promise((r) => setTimeout(r, 300)); // y is between polls now
+  const released = performance.now();
+  await xs[0]!.lease.stop();
+  await ys[0]!.lease.acquired();
+  const handoverMs = performance.now() - released;
+  assert.ok(handoverMs < 500, `handover through the shared watch took ${Math.round(handoverMs)} ms`);
+  assert.equal(ys[1]!.lease.state, "contending", "the other keys' contenders did not move");
+  // An operator deletes a key x still owns: x hears it through its relay's watch, before its next renewal.
+  const kv = await openKv(xs[1]!.nc);
+  const deleted = performance.now();
+  await kv.delete(keys[1]!);
+  await check(() => xs[1]!.losses.length === 1, { name: "x lost the deleted key", timeoutMs: 1_000, intervalMs: 2 });
+  assert.ok(performance.now() - deleted < 500, "before the next renewal was due");
+  assert.deepEqual(xs[2]!.losses, [], "the third key is untouched");
+  // Every lease stopped: the shared watches end with them (the server forgets their consumers later).
+  await Promise.all([...xs, ...ys].map((m) => m.lease.stop()));
+  await check(() => !relayX.watching && !relayY.watching, { name: "the shared watches ended with their leases", timeoutMs: 5_000 });
 });
