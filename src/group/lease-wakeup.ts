@@ -57,8 +57,12 @@ export interface KeyWatchHandlers {
   onEnd(): void;
 }
 
-/** Watches `key` for updates (not its current value) until the returned handle is stopped. */
-export function watchLeaseKey(kv: KV, key: string, logger: Logger, on: KeyWatchHandlers): { stop(): void } {
+/**
+ * Watches `key` for updates (not its current value) until the returned handle is stopped: through
+ * `shared` (the relay's one watch over the bucket) when given, else with a watch of its own.
+ */
+export function watchLeaseKey(kv: KV, key: string, logger: Logger, on: KeyWatchHandlers, shared?: LeaseKeyWatches): { stop(): void } {
+  if (shared) return shared.watch(kv, key, on);
   let iter: QueuedIterator<KvWatchEntry> | undefined;
   let stopped = false;
   const handle = {

@@ -10,7 +10,6 @@ import { encodeLeaseValue, isCasConflict, readLeaseValue as readValue } from "./
 import { KvTrouble } from "./lease-trouble.js";
 import { AcquireWaiters, stoppedError } from "./lease-waiters.js";
 import { Napper, watchLeaseKey } from "./lease-wakeup.js";
-import type { KeyWatchHandlers } from "./lease-wakeup.js";
 import { compileLeaseOptions } from "./types.js";
 import type { CompiledLeaseOptions, LeaseOptions, LeaseState } from "./types.js";
 
@@ -468,16 +467,13 @@ export class LinkLease {
    */
   private watch(kv: KV, signal: AbortSignal): void {
     if (this.watcher || signal.aborted || this.opts.nc.isClosed()) return;
-    const handlers: KeyWatchHandlers = {
+    const handle = watchLeaseKey(kv, this.opts.key, this.logger, {
       onRemoved: () => this.napper.wake(),
       onPut: (e) => this.sawRenewal(e),
       onEnd: () => {
         if (this.watcher === handle) this.watcher = undefined; // the next loop step starts a new one
       },
-    };
-    // The relay's one watch over the bucket when it has one; else a watch of this key.
-    const shared = this.opts.keyWatches;
-    const handle = shared ? shared.watch(kv, this.opts.key, handlers) : watchLeaseKey(kv, this.opts.key, this.logger, handlers);
+    }, this.opts.keyWatches);
     this.watcher = handle;
   }
 
