@@ -30,12 +30,23 @@ export class Napper {
       this.wakePending = false;
       return;
     }
+    const ticks = this.ticks;
+    if (ticks && gridMs) {
+      // The renewals' nap, a thousand a second: no controller of its own. A wake settles the nap at
+      // once; the grid's waiter settles nothing more at its tick.
+      await new Promise<void>((resolve) => {
+        this.waker = resolve;
+        void ticks.sleep(ms, gridMs, signal).then(resolve);
+      });
+      this.waker = undefined;
+      return;
+    }
     const ac = new AbortController();
     const onAbort = () => ac.abort();
     signal.addEventListener("abort", onAbort, { once: true });
     this.waker = onAbort;
     try {
-      await (this.ticks && gridMs ? this.ticks.sleep(ms, gridMs, ac.signal) : sleep(ms, ac.signal));
+      await sleep(ms, ac.signal);
     } finally {
       signal.removeEventListener("abort", onAbort);
       this.waker = undefined;

@@ -78,6 +78,8 @@ export class LinkWindow {
   private applied: number;
   private updating: Promise<void> | undefined;
   private observedAt = performance.now();
+  /** What the window's gauges show now. */
+  private readonly exported: { limit?: string; rttMs?: number | undefined } = {};
 
   constructor(private readonly deps: LinkWindowDeps) {
     const { config } = deps;
@@ -185,8 +187,13 @@ export class LinkWindow {
     this.neededForRtt = decision.neededForRtt;
     this.cap = decision.cap;
     const labels = { link: this.deps.config.name };
-    for (const l of WINDOW_LIMITS) this.deps.metrics.windowLimit.set({ ...labels, limit: l }, l === decision.limit ? 1 : 0);
-    if (this.rttMs !== undefined) this.deps.metrics.sourceRtt.set(labels, this.rttMs / 1000);
+    // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
+    if (decision.limit !== this.exported.limit) {
+      for (const l of WINDOW_LIMITS) this.deps.metrics.windowLimit.set({ ...labels, limit: l }, l === decision.limit ? 1 : 0);
+      this.exported.limit = decision.limit;
+    }
+    if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs) this.deps.metrics.sourceRtt.set(labels, this.rttMs / 1000);
+    this.exported.rttMs = this.rttMs;
     if (!decision.changed || this.held) return;
     this.set(
       decision.window,

@@ -42,7 +42,7 @@ const reading: BacklogReading = {
   at: new Date().toISOString(),
 };
 
-function poll(role: { standby: boolean; leaseValid: boolean }) {
+function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogReading = reading, intervalMs = 1) {
   if (!config) throw new Error("no link in the config");
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const logger = pino({ level: "silent" });
@@ -50,16 +50,18 @@ function poll(role: { standby: boolean; leaseValid: boolean }) {
   const inspector = new SourceInspector({ config, metrics, logger, fail: (err) => halted.push(err), requestResync: () => {} });
   const abort = new AbortController();
   let reads = 0;
+  let polls = 0;
+  const loop = { delivered: 30, pulled: true, stopPulling: () => {} };
   const p = new BacklogPoll({
     config,
     metrics,
     logger,
     signal: abort.signal,
-    intervalMs: 1,
+    intervalMs,
     probe: {
       read: () => {
         reads++;
-        return Promise.resolve(reading);
+        return Promise.resolve(read);
       },
     },
     destinationCheck: { known: true, recheck: () => Promise.resolve() },
@@ -68,14 +70,14 @@ function poll(role: { standby: boolean; leaseValid: boolean }) {
     inspector,
     health: { has: () => false, clear: () => {}, trouble: () => {}, refresh: () => {}, nothingButStalled: () => true },
     stallWatch: { observe: () => {}, stalled: undefined },
-    loop: { delivered: 30, pulled: true, stopPulling: () => {} },
+    loop,
     ownership: { standby: role.standby },
     lease: { valid: () => role.leaseValid },
     resyncs: { running: false },
     publisher: { inFlight: 0 },
     watch: { destConnected: true },
     catchUpLog: { observe: () => {} },
-    guardWatch: { poll: () => {} },
+    guardWatch: { poll: () => void polls++ },
     state: () => (role.standby ? "standby" : "live"),
     reading: () => {},
   });
@@ -84,6 +86,8 @@ function poll(role: { standby: boolean; leaseValid: boolean }) {
     halted,
     metrics,
     reads: () => reads,
+    polls: () => polls,
+    deliver: () => void loop.delivered++,
     stop: () => {
       abort.abort();
       p.stop();
@@ -110,5 +114,25 @@ test("the owner acts on the same reading: the gap is reported and onGap halt app
     assert.match(owner.halted[0]?.message ?? "", /source seq 11-50 \(40 messages\) deleted before they were relayed; onGap is halt/);
   } finally {
     owner.stop();
+  }
+});
+
+test("an idle owner reads its source every 5th poll, and at the next poll after a delivery; a standby every 5th", async () => {
+  const idle: BacklogReading = { ...reading, pending: 0, ackPending: 0, messages: 0, ackFloor: 100, deliveredSeq: 100, streamFirstSeq: 1 };
+  for (const role of [{ standby: false, leaseValid: true }, { standby: true, leaseValid: false }]) {
+    const who = role.standby ? "standby" : "owner";
+    const p = poll(role, idle, 10);
+    try {
+      await check(() => p.polls() >= 40, { name: `${who}: forty polls`, timeoutMs: 10_000 });
+      const [reads, polls] = [p.reads(), p.polls()];
+      assert.ok(reads <= polls / 5 + 2 && reads >= polls / 5 - 2, `${who}: ${reads} readings in ${polls} polls`);
+      if (role.standby) continue;
+      const atDelivery = { reads: p.reads(), polls: p.polls() };
+      p.deliver();
+      await check(() => p.polls() >= atDelivery.polls + 2, { name: "two more polls", timeoutMs: 5_000 });
+      assert.ok(p.reads() > atDelivery.reads, "a delivery ends the quiet: the next poll reads");
+    } finally {
+      p.stop();
+    }
   }
 });
