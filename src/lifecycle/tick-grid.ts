@@ -11,6 +11,7 @@
  */
 export class TickGrid {
   private readonly ticks = new Map<number, { timer: NodeJS.Timeout; waiters: Set<() => void> }>();
+  private readonly periods = new Map<number, { timer: NodeJS.Timeout | undefined; fns: Set<() => void> }>();
 
   constructor(private readonly now: () => number = () => performance.now()) {}
 
@@ -52,8 +53,41 @@ export class TickGrid {
     });
   }
 
-  /** Ticks with waiters now (for tests). */
+  /**
+   * Calls `fn` at every multiple of `everyMs` on this grid's clock, with every other function given the
+   * same period, in one timer callback, until the returned function is called. Nothing is allocated per
+   * call: for work done by every link every second.
+   */
+  every(everyMs: number, fn: () => void): () => void {
+    let period = this.periods.get(everyMs);
+    if (!period) {
+      const fns = new Set<() => void>();
+      const entry = { fns, timer: undefined as NodeJS.Timeout | undefined };
+      const arm = () => {
+        const now = this.now();
+        const next = (Math.floor(now / everyMs) + 1) * everyMs;
+        entry.timer = setTimeout(() => {
+          arm();
+          for (const f of fns) f();
+        }, next - now);
+      };
+      arm();
+      period = entry;
+      this.periods.set(everyMs, period);
+    }
+    const mine = period;
+    mine.fns.add(fn);
+    return () => {
+      mine.fns.delete(fn);
+      if (mine.fns.size === 0 && this.periods.get(everyMs) === mine) {
+        clearTimeout(mine.timer);
+        this.periods.delete(everyMs);
+      }
+    };
+  }
+
+  /** Ticks with waiters now, and periods with functions (for tests). */
   get pending(): number {
-    return this.ticks.size;
+    return this.ticks.size + this.periods.size;
   }
 }

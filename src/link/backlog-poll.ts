@@ -58,18 +58,24 @@ export const IDLE_POLL_EVERY = 5;
 
 export class BacklogPoll {
   private timer: NodeJS.Timeout | undefined;
-  private readonly stopped = new AbortController();
+  private unsubscribe: (() => void) | undefined;
+  /** A poll on the grid is under way (reading): the next tick skips. */
+  private polling = false;
   /** What the last reading found, to tell whether the link has been idle since (see `quiet`). */
   private last: { readonly at: number; readonly delivered: number; readonly standby: boolean; readonly idle: boolean } | undefined;
 
   constructor(private readonly deps: BacklogPollDeps) {}
 
   start(): void {
-    this.schedule();
+    const d = this.deps;
+    // On the relay's shared grid: every link polls in the same timer callback, nothing allocated to
+    // schedule it, and their requests leave together. A poll still reading skips the tick.
+    if (d.ticks) this.unsubscribe = d.ticks.every(d.intervalMs, () => this.tick());
+    else this.schedule();
   }
 
   stop(): void {
-    this.stopped.abort();
+    this.unsubscribe?.();
     if (this.timer) clearTimeout(this.timer);
   }
 
@@ -104,86 +110,86 @@ export class BacklogPoll {
     return last.idle && d.loop.delivered === last.delivered && d.pipeline.size === 0 && !d.resyncs.running && d.destinationCheck.known && d.health.nothingButStalled() && !d.health.has("stalled");
   }
 
+  private tick(): void {
+    if (this.polling || this.deps.signal.aborted) return;
+    this.polling = true;
+    this.pollOnce(() => (this.polling = false));
+  }
+
   private schedule(): void {
+    if (this.deps.signal.aborted) return;
+    this.timer = setTimeout(() => this.pollOnce(() => this.schedule()), this.deps.intervalMs);
+    this.timer.unref();
+  }
+
+  /** One poll; `done` when it has finished (at once, or when its reading came back). */
+  private pollOnce(done: () => void): void {
     const d = this.deps;
-    if (d.signal.aborted) return;
     const name = d.config.name;
-    const poll = () => {
-      if (this.quiet(Date.now())) {
+    if (this.quiet(Date.now())) {
+      d.guardWatch.poll();
+      d.pipeline.resume();
+      d.health.refresh();
+      return done();
+    }
+    const delivered = d.loop.delivered;
+    const standby = d.ownership.standby;
+    d.probe
+      .read()
+      .then(async (reading) => {
+        this.last = { at: Date.now(), delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0 };
+        // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
+        if (d.signal.aborted) return;
+        // Unknown, or changed and not readable yet (deleted): read again every poll.
+        if (!d.destinationCheck.known || d.pipeline.destinationHeld) await d.destinationCheck.recheck();
+        if (d.signal.aborted) return;
+        d.pipeline.keepAlive();
+        d.metrics.inFlightBytes.set({ link: name }, d.pipeline.bytes);
+        d.window.holding(d.pipeline.size, d.pipeline.bytes);
+        d.reading(reading);
+        const labels = { link: name };
+        d.metrics.backlogMessages.set(labels, reading.messages);
+        d.metrics.backlogAge.set(labels, reading.ageSeconds);
+        d.inspector.observeClock(reading.clockOffsetMs);
+        if (d.health.has("source")) d.health.clear("source");
+        d.stallWatch.observe(reading, d.loop.delivered, this.stallEligible());
+        if (!d.ownership.standby && d.lease.valid() && !d.resyncs.running) {
+          d.window.observe({
+            held: d.pipeline.size,
+            heldBytes: d.pipeline.bytes,
+            // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
+            awaitingDestination: d.health.has("dest") || d.health.has("refused") ? d.pipeline.size : d.publisher.inFlight,
+            sourcePending: reading.pending,
+          });
+        }
+        // Missed heartbeats said stalled: the source answers again and has nothing for the link.
+        if (d.health.has("stalled") && d.stallWatch.stalled === undefined && reading.pending === 0) d.health.clear("stalled");
+        // Connected again with nothing left to publish: no PubAck will come to say so.
+        if (d.health.has("dest") && d.watch.destConnected && d.destinationCheck.known && d.pipeline.size === 0) d.health.clear("dest");
+        // A refusal is about a message held; with none held (published since, or dropped for another
+        // owner), nothing is refused now.
+        if (d.health.has("refused") && d.pipeline.size === 0) d.health.clear("refused");
+        // Only the owner acts on a reading: a standby's would be queued and run, stale, when it takes over.
+        if (!d.resyncs.running && !d.ownership.standby && d.lease.valid()) d.inspector.inspect(reading);
+        d.health.refresh();
+        d.catchUpLog.observe(d.state(), reading);
+      })
+      .catch((err: unknown) => {
+        this.last = undefined; // read again at the next poll
+        // The consumer's deletion is not always announced to a running pull (no pull request open at
+        // that moment); the probe sees it within a second, and the loop places a new cursor.
+        if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) && d.loop.pulled && !d.resyncs.running) {
+          d.health.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source consumer ${d.config.durableName} not found`));
+          d.loop.stopPulling();
+        }
+        d.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
+      })
+      .finally(() => {
         d.guardWatch.poll();
         d.pipeline.resume();
-        d.health.refresh();
-        this.schedule();
-        return;
-      }
-      const delivered = d.loop.delivered;
-      const standby = d.ownership.standby;
-      d.probe
-        .read()
-        .then(async (reading) => {
-          this.last = { at: Date.now(), delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0 };
-          // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
-          if (d.signal.aborted) return;
-          // Unknown, or changed and not readable yet (deleted): read again every poll.
-          if (!d.destinationCheck.known || d.pipeline.destinationHeld) await d.destinationCheck.recheck();
-          if (d.signal.aborted) return;
-          d.pipeline.keepAlive();
-          d.metrics.inFlightBytes.set({ link: name }, d.pipeline.bytes);
-          d.window.holding(d.pipeline.size, d.pipeline.bytes);
-          d.reading(reading);
-          const labels = { link: name };
-          d.metrics.backlogMessages.set(labels, reading.messages);
-          d.metrics.backlogAge.set(labels, reading.ageSeconds);
-          d.inspector.observeClock(reading.clockOffsetMs);
-          if (d.health.has("source")) d.health.clear("source");
-          d.stallWatch.observe(reading, d.loop.delivered, this.stallEligible());
-          if (!d.ownership.standby && d.lease.valid() && !d.resyncs.running) {
-            d.window.observe({
-              held: d.pipeline.size,
-              heldBytes: d.pipeline.bytes,
-              // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
-              awaitingDestination: d.health.has("dest") || d.health.has("refused") ? d.pipeline.size : d.publisher.inFlight,
-              sourcePending: reading.pending,
-            });
-          }
-          // Missed heartbeats said stalled: the source answers again and has nothing for the link.
-          if (d.health.has("stalled") && d.stallWatch.stalled === undefined && reading.pending === 0) d.health.clear("stalled");
-          // Connected again with nothing left to publish: no PubAck will come to say so.
-          if (d.health.has("dest") && d.watch.destConnected && d.destinationCheck.known && d.pipeline.size === 0) d.health.clear("dest");
-          // A refusal is about a message held; with none held (published since, or dropped for another
-          // owner), nothing is refused now.
-          if (d.health.has("refused") && d.pipeline.size === 0) d.health.clear("refused");
-          // Only the owner acts on a reading: a standby's would be queued and run, stale, when it takes over.
-          if (!d.resyncs.running && !d.ownership.standby && d.lease.valid()) d.inspector.inspect(reading);
-          d.health.refresh();
-          d.catchUpLog.observe(d.state(), reading);
-        })
-        .catch((err: unknown) => {
-          this.last = undefined; // read again at the next poll
-          // The consumer's deletion is not always announced to a running pull (no pull request open at
-          // that moment); the probe sees it within a second, and the loop places a new cursor.
-          if (isApiCode(err, JetStreamApiCodes.ConsumerNotFound) && d.loop.pulled && !d.resyncs.running) {
-            d.health.trouble("source", new RelayError(ErrorCodes.STREAM_NOT_FOUND, `source consumer ${d.config.durableName} not found`));
-            d.loop.stopPulling();
-          }
-          d.logger.debug({ err: toRelayError(err).message }, "backlog probe failed");
-        })
-        .finally(() => {
-          d.guardWatch.poll();
-          d.pipeline.resume();
-          // A relay in standby has no consumer to read: its state follows the lease (who holds it).
-          if (d.ownership.standby) d.health.refresh();
-          this.schedule();
-        });
-    };
-    // On the relay's shared grid: every link polls in the same tick, and their requests leave together.
-    if (d.ticks) {
-      void d.ticks.sleep(d.intervalMs, d.intervalMs, this.stopped.signal).then(() => {
-        if (!this.stopped.signal.aborted && !d.signal.aborted) poll();
+        // A relay in standby has no consumer to read: its state follows the lease (who holds it).
+        if (d.ownership.standby) d.health.refresh();
+        done();
       });
-    } else {
-      this.timer = setTimeout(poll, d.intervalMs);
-      this.timer.unref();
-    }
   }
 }

@@ -27,3 +27,19 @@ test("a wait shorter than the grid is not rounded up; an abort ends a wait at on
   assert.equal(grid.pending, 0, "the aborted wait's timer is gone");
   await grid.sleep(10, 1, AbortSignal.abort()); // already aborted: at once
 });
+
+test("every: functions of one period share one timer, called at each tick until they leave; the last one out ends it", async () => {
+  const grid = new TickGrid();
+  const calls = { a: 0, b: 0 };
+  const leaveA = grid.every(20, () => calls.a++);
+  const leaveB = grid.every(20, () => calls.b++);
+  assert.equal(grid.pending, 1, "one timer for the period");
+  while (calls.b < 3) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(Math.abs(calls.a - calls.b) <= 1, `called together: ${JSON.stringify(calls)}`);
+  leaveA();
+  const a = calls.a;
+  while (calls.b < 6) await new Promise((r) => setTimeout(r, 5));
+  assert.equal(calls.a, a, "a left: no more calls");
+  leaveB();
+  assert.equal(grid.pending, 0, "the period's timer ended with its last function");
+});
