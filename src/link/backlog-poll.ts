@@ -56,13 +56,24 @@ export interface BacklogPollDeps {
 /** An idle link reads its source every this many polls (see `quiet`). */
 export const IDLE_POLL_EVERY = 5;
 
+/** A link's phase among the idle polls: spread by its name, the same in every run. */
+export function phaseOf(name: string): number {
+  let h = 0;
+  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+  return h % IDLE_POLL_EVERY;
+}
+
 export class BacklogPoll {
   private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   /** A poll on the grid is under way (reading): the next tick skips. */
   private polling = false;
   /** What the last reading found, to tell whether the link has been idle since (see `quiet`). */
-  private last: { readonly at: number; readonly delivered: number; readonly standby: boolean; readonly idle: boolean } | undefined;
+  private last: { readonly delivered: number; readonly standby: boolean; readonly idle: boolean } | undefined;
+  /** Polls that may still skip reading while the link stays as its last reading found it. */
+  private quietLeft = 0;
+  /** The first quiet stretch (of the link's own phase) is over. */
+  private phased = false;
 
   constructor(private readonly deps: BacklogPollDeps) {}
 
@@ -99,15 +110,24 @@ export class BacklogPoll {
    * (its readings are for `/status`). Such a link reads every IDLE_POLL_EVERY polls: a thousand idle
    * links cost a fifth of the requests. A message that arrives is delivered and ends the quiet at once;
    * one that a stuck consumer does not deliver is seen by the next reading (stall by progress counts from
-   * there: `stallAfter` plus at most IDLE_POLL_EVERY polls).
+   * there: `stallAfter` plus at most IDLE_POLL_EVERY polls). The links of a relay poll on one grid, so
+   * each starts its first quiet stretch at a phase of its own (from its name): a fifth of the idle links
+   * read at each tick, not all of them every fifth.
    */
-  private quiet(now: number): boolean {
+  private quiet(): boolean {
     const d = this.deps;
     const last = this.last;
-    if (last === undefined || now - last.at >= IDLE_POLL_EVERY * d.intervalMs - d.intervalMs / 2) return false;
+    if (last === undefined || this.quietLeft <= 0) return false;
     if (last.standby !== d.ownership.standby) return false;
-    if (d.ownership.standby) return true;
-    return last.idle && d.loop.delivered === last.delivered && d.pipeline.size === 0 && !d.resyncs.running && d.destinationCheck.known && d.health.nothingButStalled() && !d.health.has("stalled");
+    const quiet = d.ownership.standby || (last.idle && d.loop.delivered === last.delivered && d.pipeline.size === 0 && !d.resyncs.running && d.destinationCheck.known && d.health.nothingButStalled() && !d.health.has("stalled"));
+    if (quiet) this.quietLeft--;
+    return quiet;
+  }
+
+  /** A reading came back: how many polls may skip reading now (see `quiet`). */
+  private readingTaken(): void {
+    this.quietLeft = this.phased ? IDLE_POLL_EVERY - 1 : phaseOf(this.deps.config.name);
+    this.phased = true;
   }
 
   private tick(): void {
@@ -126,7 +146,7 @@ export class BacklogPoll {
   private pollOnce(done: () => void): void {
     const d = this.deps;
     const name = d.config.name;
-    if (this.quiet(Date.now())) {
+    if (this.quiet()) {
       d.guardWatch.poll();
       d.pipeline.resume();
       d.health.refresh();
@@ -137,7 +157,8 @@ export class BacklogPoll {
     d.probe
       .read()
       .then(async (reading) => {
-        this.last = { at: Date.now(), delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0 };
+        this.last = { delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0 };
+        this.readingTaken();
         // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
         if (d.signal.aborted) return;
         // Unknown, or changed and not readable yet (deleted): read again every poll.

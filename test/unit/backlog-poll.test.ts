@@ -4,7 +4,7 @@ import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import type { RelayError } from "../../src/errors.js";
 import type { BacklogReading } from "../../src/link/backlog.js";
-import { BacklogPoll } from "../../src/link/backlog-poll.js";
+import { BacklogPoll, IDLE_POLL_EVERY, phaseOf } from "../../src/link/backlog-poll.js";
 import { SourceInspector } from "../../src/link/source-inspector.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
@@ -135,4 +135,11 @@ test("an idle owner reads its source every 5th poll, and at the next poll after 
       p.stop();
     }
   }
+});
+
+test("idle links start their quiet at phases spread by name: a fifth of a thousand links read at each tick", () => {
+  const perPhase = new Array<number>(IDLE_POLL_EVERY).fill(0);
+  for (let i = 0; i < 1_000; i++) perPhase[phaseOf(`a-to-b-${i}`)]!++;
+  for (const n of perPhase) assert.ok(n >= 150 && n <= 250, `links per phase: ${perPhase.join(", ")}`);
+  assert.equal(phaseOf("a-to-b"), phaseOf("a-to-b"), "the same in every run");
 });
