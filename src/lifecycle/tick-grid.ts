@@ -68,7 +68,16 @@ export class TickGrid {
         const next = (Math.floor(now / everyMs) + 1) * everyMs;
         entry.timer = setTimeout(() => {
           arm();
-          for (const f of fns) f();
+          for (const f of fns) {
+            try {
+              f();
+            } catch (err) {
+              // The others still run this tick; the error surfaces as it would from a timer of its own.
+              queueMicrotask(() => {
+                throw err;
+              });
+            }
+          }
         }, next - now);
       };
       arm();
