@@ -131,7 +131,8 @@ export class BacklogPoll {
   }
 
   private tick(): void {
-    if (this.polling || this.deps.signal.aborted) return;
+    if (this.deps.signal.aborted) return this.unsubscribe?.(); // the link failed or stops: no more polls
+    if (this.polling) return;
     this.polling = true;
     this.pollOnce(() => (this.polling = false));
   }
