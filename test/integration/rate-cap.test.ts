@@ -9,10 +9,10 @@ import { publishMany } from "../helpers/streams.js";
 /**
  * A link's rate cap (maxRate, src/link/rate-cap.ts) holds what it pulls to the cap. The rate is read from
  * the relay's own counter (relay_messages_total) at two moments the test takes, over an interval it
- * measures itself: not a wall-clock assertion on how fast the relay could go. `npm test` measures 5 s at
- * 2,000 msgs/s (10,000 messages); `RATE_CAP_SECONDS=30` measures 30 s (the backlog grows to match).
+ * measures itself: not a wall-clock assertion on how fast the relay could go. `npm test` measures 30 s at
+ * 2,000 msgs/s, as the issue asks (a 70,000-message backlog); `RATE_CAP_SECONDS=5` for a quick look.
  */
-const SECONDS = Number(process.env["RATE_CAP_SECONDS"] ?? 5);
+const SECONDS = Number(process.env["RATE_CAP_SECONDS"] ?? 30);
 const BACKLOG = 2_000 * (SECONDS + 5);
 
 test(`a 2,000 msgs/s cap holds within 10 % over ${SECONDS} s of a ${BACKLOG}-message backlog; a reload changes the cap without a restart; every id once, in order`, async (t) => {
