@@ -69,7 +69,9 @@ export function startLoad(
  * so the test still reports what the destination holds (the numbers say more than "timed out").
  */
 export async function settled(nc: NatsConnection, stream: string, what: string, timeoutMs: number): Promise<Error | undefined> {
-  const jsm = await jetstreamManager(nc);
+  // No account-info check up front: a cluster that has just had a node back ("JetStream system
+  // temporarily unavailable" for a moment) would fail the test before the first poll; the polls retry.
+  const jsm = await jetstreamManager(nc, { checkAPI: false });
   return check(
     async () => {
       const last = (await jsm.streams.info(stream)).state.last_seq;
