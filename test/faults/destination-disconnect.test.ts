@@ -6,6 +6,7 @@ import { metricValue, startRelay } from "../helpers/relays.js";
 import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { streamCount } from "../helpers/streams.js";
 import type { Relay } from "../../src/relay/relay.js";
+import { watchLiveness } from "../helpers/liveness.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 
 /**
@@ -51,9 +52,14 @@ test(
       links: [{ name: LINK, from: "a", fromStream: r.src, to: "b", toStream: r.dst }],
     }).replace("publishTimeout: 2s", `publishTimeout: ${PUBLISH_TIMEOUT}`);
     assert.match(yaml, new RegExp(`publishTimeout: ${PUBLISH_TIMEOUT}`));
-    const { relay, logs } = await startRelay(t, yaml, "b");
+    const { relay, logs, url } = await startRelay(t, yaml, "b", { http: true });
+    // /healthz answers from before the fault to the end.
+    const live = watchLiveness(url);
+    t.after(() => live.stop());
 
-    await publishIds(r.nca, r.src, "before", BEFORE);
+    // One sequence of ids, entities and versions across the three phases (m-0.., entities m-e0..e4,
+    // versions rising in source order): a message stored after a newer one is also a version going back.
+    await publishIds(r.nca, r.src, "m", BEFORE);
     await waitForCount(r.ncb, r.dst, BEFORE, 30_000, "relayed before the fault");
     await check(() => relay.status().links[0]?.inFlight === 0, {
       name: "every PubAck of the first messages in",
@@ -62,14 +68,14 @@ test(
 
     // The path to region b goes silent: every message of the next window is published into it.
     proxy.blackHole({ record: true });
-    const lost = await publishIds(r.nca, r.src, "lost", LOST);
+    const lost = await publishIds(r.nca, r.src, "m", LOST, BEFORE);
     await check(
       () => {
         const sent = proxy.swallowed().toString("latin1");
         return lost.every((id) => sent.includes(`Nats-Msg-Id: ${id}\r\n`));
       },
       {
-        name: `all ${LOST} 'lost' messages published into the black hole (no PubAck can come back)`,
+        name: `all ${LOST} messages of the window published into the black hole (no PubAck can come back)`,
         timeoutMs: 5_000,
       },
     );
@@ -89,8 +95,8 @@ test(
     const reconnectMs = Date.now() - cutAt;
 
     // Newer messages, after the reconnect and long before the lost window's PubAck timers run out.
-    await publishIds(r.nca, r.src, "after", AFTER);
-    // Without the rollback: the 'lost' window is published again only after publishTimeout (10 s).
+    await publishIds(r.nca, r.src, "m", AFTER, BEFORE + LOST);
+    // Without the rollback: the lost window is published again only after publishTimeout (10 s).
     await waitForCount(r.ncb, r.dst, BEFORE + LOST + AFTER, 30_000, "every message relayed after the reset");
     // Every PubAck handled (each one counts a reorder it reveals) before the counter is read.
     await check(() => relay.status().links[0]?.inFlight === 0, {
@@ -99,12 +105,15 @@ test(
     });
 
     const reordered = await metricValue(relay, "relay_reordered_total", { link: LINK });
-    const report = await checkDelivery({
-      fault: "destination connection reset with a window awaiting PubAcks",
-      dest: r.ncb,
-      stream: r.dst,
-      source: await readSource(r.nca, r.src),
-    });
+    const report = {
+      ...(await checkDelivery({
+        fault: "destination connection reset with a window awaiting PubAcks",
+        dest: r.ncb,
+        stream: r.dst,
+        source: await readSource(r.nca, r.src),
+      })),
+      liveness: await live.stop(),
+    };
     t.diagnostic(
       `${report.fault}: reconnected ${reconnectMs} ms after the reset; messages ${report.messages}, lost ${report.lost}, duplicated ${report.duplicated}, ` +
         `reordered ${report.reordered} (per subject ${report.reorderedBySubject}, e.g. ${report.samples.reordered.slice(0, 3).join(" ") || "-"}), ` +
