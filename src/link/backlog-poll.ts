@@ -31,8 +31,8 @@ export interface BacklogPollDeps {
   /** The link stopping: no poll after it, and a reading that comes back after it writes nothing. */
   readonly signal: AbortSignal;
   readonly intervalMs: number;
-  /** The relay's shared tick grid (none: a timer of its own). */
-  readonly ticks?: TickGrid;
+  /** The relay's shared tick grid: every link's poll runs from its one timer per period. */
+  readonly ticks: TickGrid;
   readonly probe: Pick<BacklogProbe, "read">;
   readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
   readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume">;
@@ -64,7 +64,6 @@ export function phaseOf(name: string): number {
 }
 
 export class BacklogPoll {
-  private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   /** A poll on the grid is under way (reading): the next tick skips. */
   private polling = false;
@@ -78,16 +77,13 @@ export class BacklogPoll {
   constructor(private readonly deps: BacklogPollDeps) {}
 
   start(): void {
-    const d = this.deps;
     // On the relay's shared grid: every link polls in the same timer callback, nothing allocated to
     // schedule it, and their requests leave together. A poll still reading skips the tick.
-    if (d.ticks) this.unsubscribe = d.ticks.every(d.intervalMs, () => this.tick());
-    else this.schedule();
+    this.unsubscribe = this.deps.ticks.every(this.deps.intervalMs, () => this.tick());
   }
 
   stop(): void {
     this.unsubscribe?.();
-    if (this.timer) clearTimeout(this.timer);
   }
 
   /**
@@ -134,24 +130,19 @@ export class BacklogPoll {
     if (this.deps.signal.aborted) return this.unsubscribe?.(); // the link failed or stops: no more polls
     if (this.polling) return;
     this.polling = true;
-    this.pollOnce(() => (this.polling = false));
+    this.pollOnce();
   }
 
-  private schedule(): void {
-    if (this.deps.signal.aborted) return;
-    this.timer = setTimeout(() => this.pollOnce(() => this.schedule()), this.deps.intervalMs);
-    this.timer.unref();
-  }
-
-  /** One poll; `done` when it has finished (at once, or when its reading came back). */
-  private pollOnce(done: () => void): void {
+  /** One poll: reads the source unless the link is quiet; `polling` until it has finished. */
+  private pollOnce(): void {
     const d = this.deps;
     const name = d.config.name;
     if (this.quiet()) {
       d.guardWatch.poll();
       d.pipeline.resume();
       d.health.refresh();
-      return done();
+      this.polling = false;
+      return;
     }
     const delivered = d.loop.delivered;
     const standby = d.ownership.standby;
@@ -211,7 +202,7 @@ export class BacklogPoll {
         d.pipeline.resume();
         // A relay in standby has no consumer to read: its state follows the lease (who holds it).
         if (d.ownership.standby) d.health.refresh();
-        done();
+        this.polling = false;
       });
   }
 }

@@ -25,7 +25,7 @@ export interface LinkDeps {
   /** How often backlog and state are refreshed (ms). */
   readonly pollIntervalMs?: number;
   /** The relay's shared tick grid: the links' polls (and their leases' renewals) leave together. */
-  readonly ticks?: TickGrid;
+  readonly ticks: TickGrid;
   /** The relay's clock (ms since the epoch; default Date.now). Backlog ages are measured on the source's. */
   readonly clock?: () => number;
   /** Ownership checked again when bytes leave (write-gate.ts); absent: only when they are issued. */

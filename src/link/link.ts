@@ -324,7 +324,7 @@ export class Link {
       logger: this.logger,
       signal: this.abort.signal,
       intervalMs: deps.pollIntervalMs ?? 1_000,
-      ...(deps.ticks ? { ticks: deps.ticks } : {}),
+      ticks: deps.ticks,
       lease: deps.lease,
       probe: this.probe,
       destinationCheck: this.destinationCheck,

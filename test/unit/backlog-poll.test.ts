@@ -6,6 +6,7 @@ import type { RelayError } from "../../src/errors.js";
 import type { BacklogReading } from "../../src/link/backlog.js";
 import { BacklogPoll, IDLE_POLL_EVERY, phaseOf } from "../../src/link/backlog-poll.js";
 import { SourceInspector } from "../../src/link/source-inspector.js";
+import { TickGrid } from "../../src/lifecycle/tick-grid.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
 
@@ -58,6 +59,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
     logger,
     signal: abort.signal,
     intervalMs,
+    ticks: new TickGrid(),
     probe: {
       read: () => {
         reads++;
