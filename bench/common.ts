@@ -7,9 +7,18 @@ import { writeConfig } from "../test/helpers/relays.js";
 
 /** Peak resident set (VmHWM) of a process, in MB; undefined when it cannot be read. */
 export function peakRssMb(pid: number | "self" | undefined): number | undefined {
+  return statusMb(pid, "VmHWM");
+}
+
+/** Resident set now (VmRSS) of a process, in MB; undefined when it cannot be read. */
+export function residentMb(pid: number | "self" | undefined): number | undefined {
+  return statusMb(pid, "VmRSS");
+}
+
+function statusMb(pid: number | "self" | undefined, field: "VmHWM" | "VmRSS"): number | undefined {
   if (pid === undefined) return undefined;
   try {
-    const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
     return m?.[1] ? Number(m[1]) / 1024 : undefined;
   } catch {
     return undefined;

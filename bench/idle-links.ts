@@ -9,14 +9,14 @@
  * BENCH_LINKS=100,1000 sets the counts; BENCH_LINKS_YAML adds top-level config (e.g. "group: { renew: 2s }");
  * BENCH_RELAY_NODE_ARGS passes node flags to the relay (e.g. --cpu-prof).
  */
-import { readFileSync } from "node:fs";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { connect, headers } from "@nats-io/transport-node";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess, writeConfig } from "../test/helpers/relays.js";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, peakRssMb } from "./common.js";
+import { check } from "../test/helpers/check.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, peakRssMb, residentMb } from "./common.js";
 
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 10);
 const BURST_PER_LINK = 50;
@@ -31,25 +31,6 @@ export interface IdleLinksRow {
   burstSeconds: number;
 }
 
-function rssMb(pid: number | undefined): number {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return m?.[1] ? Number(m[1]) / 1024 : NaN;
-  } catch {
-    return NaN;
-  }
-}
-
-async function poll<T>(what: string, timeoutMs: number, fn: () => Promise<T | undefined>): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn().catch(() => undefined);
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`idle-links bench: ${what} not reached within ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 /** Messages held by the destination streams DST_0..DST_{n-1}, by one paged stream listing. */
 async function destinationTotal(jsm: JetStreamManager): Promise<number> {
   let total = 0;
@@ -58,7 +39,7 @@ async function destinationTotal(jsm: JetStreamManager): Promise<number> {
 }
 
 async function publishBurst(nc: NatsConnection, links: number): Promise<void> {
-  const js = (await import("@nats-io/jetstream")).jetstream(nc);
+  const js = jetstream(nc);
   const pending: Promise<unknown>[] = [];
   for (let i = 0; i < links; i++) {
     for (let k = 0; k < BURST_PER_LINK; k++) {
@@ -94,10 +75,13 @@ ${process.env["BENCH_LINKS_YAML"] ?? ""}
     const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs });
     try {
       const url = await proc.httpUrl(120_000);
-      await poll("every link live", 300_000, async () => {
-        const status = (await (await fetch(`${url}/status`)).json()) as { links: { state: string }[] };
-        return status.links.length === links && status.links.every((l) => l.state === "live") ? true : undefined;
-      });
+      await check(
+        async () => {
+          const status = (await (await fetch(`${url}/status`)).json()) as { links: { state: string }[] };
+          return status.links.length === links && status.links.every((l) => l.state === "live");
+        },
+        { name: "every link live", timeoutMs: 300_000, intervalMs: 100 },
+      );
       const startSeconds = (performance.now() - started) / 1000;
       // Idle: let the start settle, then measure.
       await new Promise((r) => setTimeout(r, 3_000));
@@ -108,11 +92,11 @@ ${process.env["BENCH_LINKS_YAML"] ?? ""}
       const idleSeconds = (performance.now() - idleStart) / 1000;
       const idleRelayCpuPct = ((cpuSeconds(proc.pid) - relayCpu0) / idleSeconds) * 100;
       const idleServerCpuPct = ((cpuSeconds(a.pid) + cpuSeconds(b.pid) - serverCpu0) / idleSeconds) * 100;
-      const rss = rssMb(proc.pid);
+      const rss = residentMb(proc.pid) ?? NaN;
       const jsm = await jetstreamManager(ncb);
       const burstStart = performance.now();
       await publishBurst(nca, links);
-      await poll("the burst relayed", 600_000, async () => ((await destinationTotal(jsm)) >= links * BURST_PER_LINK ? true : undefined));
+      await check(async () => (await destinationTotal(jsm)) >= links * BURST_PER_LINK, { name: "the burst relayed", timeoutMs: 600_000, intervalMs: 100 });
       const burstSeconds = (performance.now() - burstStart) / 1000;
       return { links, startSeconds, idleRelayCpuPct, idleServerCpuPct, rssMb: rss, peakRssMb: peakRssMb(proc.pid) ?? NaN, burstSeconds };
     } finally {
