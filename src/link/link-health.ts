@@ -113,8 +113,11 @@ export class LinkHealth {
       const holder = lease.holder;
       if (holder !== undefined) return state.set("standby", `relay ${holder} owns the link (group lease)`);
       if (!lease.isEligible) return state.set("standby", "placed on another relay of the group: waiting for it to take the lease");
-      // Nobody else owns it: this relay is on its way to (re)take it, e.g. after the region was unreachable.
-      return state.set(state.state === "starting" ? "starting" : "recovering", "waiting for the link lease");
+      // Nobody else owns it: this relay is on its way to take it. A link that was at work here is
+      // recovering (e.g. the region was unreachable); one starting or on standby is taking the link over,
+      // which is no recovery episode of its own (relay_recoveries_total counts this relay's outages).
+      if (state.state === "starting" || state.state === "standby") return state.set(state.state, "no relay holds the link lease: this relay is taking it");
+      return state.set("recovering", "waiting for the link lease");
     }
     if (resync.running) return state.set("resyncing", `resync after ${resync.pending ?? "request"}`);
     if (this.troubles.has("guard-state")) return state.set("paused", this.deps.guardLossReason() ?? reason);

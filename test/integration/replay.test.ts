@@ -84,7 +84,9 @@ for (const policy of ["continue", "halt", "resync"] as const) {
 
 test("a short outage replays in order; replay age shows the outage; backlog age returns to 0; states and /readyz follow", async (t) => {
   const { b, src, dst, nca, ncb, yaml } = await regions(t);
-  const { relay, url } = await startRelay(t, yaml(""), "b", { http: true });
+  // The ownership bucket lives in region b too: a lease longer than the outage (3 s + the restart) keeps
+  // this one episode (a lease lost with it would be a second one, as the relay counts it).
+  const { relay, url } = await startRelay(t, yaml("", "group: { lease: 15s, renew: 1s }\n"), "b", { http: true });
   const before = await publishIds(nca, src, "before", 100);
   await waitForCount(ncb, dst, 100, 20_000);
   await check(() => linkOf(relay)?.state === "live", { name: "live before the outage" });
