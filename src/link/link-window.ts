@@ -78,6 +78,13 @@ export class LinkWindow {
   private applied: number;
   private updating: Promise<void> | undefined;
   private observedAt = performance.now();
+  /** The fewest messages held at a delivery since the last observation (the controller's `minHeld`). */
+  private minHeld = Infinity;
+  /**
+   * Slow start's round: deliveries since it began and the fewest held at any of them. The first round
+   * after the cursor is placed only starts the clock (it began with nothing held).
+   */
+  private round = { delivered: 0, minHeld: Infinity, first: true };
   /** What the window's gauges show now. */
   private readonly exported: { limit?: string; rttMs?: number | undefined } = {};
 
@@ -117,10 +124,24 @@ export class LinkWindow {
     if (owner && !this.held) this.set(window, { maxRate, limit: this.controller.limit }, "pull window resized to the new rate cap");
   }
 
-  /** A delivery arrived. */
-  receive(bytes: number): void {
+  /**
+   * A delivery arrived, with `sourcePending` more waiting behind it at the source and `held` messages
+   * in the relay's pipeline. A window's worth of them ends a round of slow start (`roundTrip`).
+   */
+  receive(bytes: number, sourcePending: number, held: number): void {
     this.delivered++;
     this.deliveredBytes += bytes;
+    const round = this.round;
+    if (held < round.minHeld) round.minHeld = held;
+    if (++round.delivered < this.controller.window) return;
+    const first = round.first;
+    this.round = { delivered: 0, minHeld: Infinity, first: false };
+    if (first || this.throttled) return;
+    const decision = this.controller.roundTrip(round.minHeld, sourcePending);
+    if (decision?.changed) {
+      this.exportLimit(decision.limit);
+      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, cap: decision.cap }, "pull window doubled: a round trip's deliveries found the relay holding little (slow start)");
+    }
   }
 
   /**
@@ -131,6 +152,7 @@ export class LinkWindow {
    */
   placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}): void {
     this.held = false;
+    this.round = { delivered: 0, minHeld: Infinity, first: true };
     if (this.delivered === 0) this.controller = this.newController(sizes);
     this.applied = this.controller.window;
     this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, this.applied);
@@ -157,6 +179,7 @@ export class LinkWindow {
     // What the rate cap holds is held too (received, not acked).
     const size = pipelineSize + this.deps.rate.size;
     const bytes = pipelineBytes + this.deps.rate.bytes;
+    if (pipelineSize < this.minHeld) this.minHeld = pipelineSize;
     const bound = this.deps.config.inFlightBytes;
     if (!this.held && bytes >= bound) {
       this.held = true;
@@ -179,19 +202,18 @@ export class LinkWindow {
       delivered: this.delivered,
       deliveredBytes: this.deliveredBytes,
       held: now.held,
+      minHeld: Math.min(this.minHeld, now.held),
       heldBytes: now.heldBytes,
       awaitingDestination: now.awaitingDestination,
       sourcePending: now.sourcePending,
     });
+    this.minHeld = Infinity;
     this.ratePerSec = decision.ratePerSec;
     this.neededForRtt = decision.neededForRtt;
     this.cap = decision.cap;
     const labels = { link: this.deps.config.name };
     // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
-    if (decision.limit !== this.exported.limit) {
-      for (const l of WINDOW_LIMITS) this.deps.metrics.windowLimit.set({ ...labels, limit: l }, l === decision.limit ? 1 : 0);
-      this.exported.limit = decision.limit;
-    }
+    this.exportLimit(decision.limit);
     if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs) this.deps.metrics.sourceRtt.set(labels, this.rttMs / 1000);
     this.exported.rttMs = this.rttMs;
     if (!decision.changed || this.held) return;
@@ -200,6 +222,13 @@ export class LinkWindow {
       { limit: decision.limit, ratePerSec: Math.round(decision.ratePerSec), rttMs: this.rttMs, neededForRtt: decision.neededForRtt, cap: decision.cap },
       "pull window resized",
     );
+  }
+
+  private exportLimit(limit: WindowLimit): void {
+    if (limit === this.exported.limit) return;
+    const link = this.deps.config.name;
+    for (const l of WINDOW_LIMITS) this.deps.metrics.windowLimit.set({ link, limit: l }, l === limit ? 1 : 0);
+    this.exported.limit = limit;
   }
 
   status(): WindowStatus {

@@ -19,7 +19,8 @@
  *    at capBytes over the *measured* average message size (an EWMA of delivered bytes per message; the
  *    worst-case max size only stands in before anything was delivered, if given). The bytes cap moves in
  *    steps of ≥ 10 %, so a converging average does not nudge MaxAckPending every second.
- *  - "destination": the relay holds at least half the window and at least half of that awaits the
+ *  - "destination": the relay holds at least half the window (now, and at every delivery since the
+ *    last observation: `minHeld`) and at least half of that awaits the
  *    destination. No growth; after DESTINATION_PERSIST observations in a row (with a backlog) the window
  *    shrinks by SHRINK (×0.75), at most once per DESTINATION_PERSIST observations and not below
  *    rate × RTT × 2 (the wire keeps the destination's rate, the relay as much in hand), so a slow or
@@ -27,7 +28,7 @@
  *    (delivered − held) falls after a shrink, the window was what fed a destination that is merely far
  *    away (latency-bound, not saturated): the shrink is undone and the window is not shrunk below that
  *    again while the destination stays the limit (no downward spiral).
- *  - "relay": the relay holds at least half the window but little of it awaits the destination (messages
+ *  - "relay": the relay holds at least half the window (throughout) but little of it awaits the destination (messages
  *    wait inside the relay: guard, CPU). No growth: a larger window would only queue more inside.
  *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
  *    starts with it.
@@ -35,6 +36,8 @@
  *    (the link gets all the cap allows). The cap is also a ceiling: the window never exceeds what the
  *    cap needs, max(rate × 1 s, rate × RTT × HEADROOM) (bytes over the average message), so the first
  *    window is at most that burst and nothing waits behind the cap much longer than that.
+ * Between observations the window also grows per round trip while the round trip limits (`roundTrip`:
+ * slow start), so a backlog across 300 ms reaches the cap in a round or two, not in seconds.
  * The window never goes below batchSize (one pull) nor above max(batchSize, caps). `changed` is true only
  * when the window moved by ≥ 25 % or reached/left a cap or the batchSize floor; smaller moves are not
  * taken at all, so `window` is always what the caller last applied (MaxAckPending updates stay rare).
@@ -58,6 +61,13 @@ export interface WindowSample {
   readonly deliveredBytes: number;
   /** Messages the relay holds now (received, not acked yet). */
   readonly held: number;
+  /**
+   * The fewest it held at any delivery since the previous observation (default: held). A window the
+   * round trip limits arrives in bursts, one window per round trip: the relay holds most of it right
+   * after a burst and little before the next, so a sample taken at a burst says nothing about who
+   * limits. A relay (or destination) that limits holds most of the window all the time.
+   */
+  readonly minHeld?: number;
   readonly heldBytes: number;
   /** Of those, published and waiting for the destination's PubAck, or waiting to be published because the destination is slow/refusing. */
   readonly awaitingDestination: number;
@@ -209,6 +219,7 @@ export class WindowController {
   /** A shrink that cost throughput was undone: no shrinking below this while the destination limits. */
   private destinationFloor = 0;
   private maxRate: MaxRate | undefined;
+  private lastRatePerSec = 0;
 
   constructor(opts: WindowControllerOptions) {
     this.capMessages = positiveInt(opts.capMessages, "capMessages");
@@ -257,6 +268,7 @@ export class WindowController {
     const seconds = (sample.nowMs - prev.nowMs) / 1000;
     const deliveries = sample.delivered - prev.delivered;
     const ratePerSec = deliveries / seconds;
+    this.lastRatePerSec = ratePerSec;
     const completionPerSec = Math.max(0, completed - prev.completed) / seconds;
     if (deliveries > 0) this.learnSize((sample.deliveredBytes - prev.deliveredBytes) / deliveries);
     const neededForRtt = this.rttMs === undefined ? undefined : neededFor(ratePerSec, this.rttMs);
@@ -269,7 +281,7 @@ export class WindowController {
       // The cap held deliveries back: the window brings all the cap allows, more would only wait here.
       limit = "rate cap";
       this.leaveDestination();
-    } else if (sample.held >= window * HELD_MOST) {
+    } else if (Math.min(sample.held, sample.minHeld ?? sample.held) >= window * HELD_MOST) {
       if (sample.awaitingDestination >= sample.held * AWAITING_MOST) {
         limit = "destination";
         next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
@@ -298,6 +310,26 @@ export class WindowController {
     this.current = next;
     this.currentLimit = limit;
     return this.decide(window, limit, ratePerSec, neededForRtt);
+  }
+
+  /**
+   * Slow start between observations, as TCP grows its window per round trip: a whole window was
+   * delivered since the last round, the relay held less than half of it at every delivery of the round
+   * (`minHeld`: the rest was on the wire) and more than a window still waits at the source, so the
+   * round trip is what limits: the window doubles now, up to the cap, instead of a second later. Not
+   * while a cap, the destination or the relay holds it (the observations decide those). Returns the
+   * decision, or undefined when the window stays.
+   */
+  roundTrip(minHeld: number, sourcePending: number): WindowDecision | undefined {
+    if (this.currentLimit !== "rtt" && this.currentLimit !== "idle") return undefined;
+    if (minHeld >= this.current * HELD_MOST || sourcePending < this.current) return undefined;
+    const { cap, capLimit } = this.cap();
+    const next = clamp(this.current * GROWTH, this.batchSize, cap);
+    if (next <= this.current) return undefined;
+    const before = this.current;
+    this.current = next;
+    this.currentLimit = next >= cap ? capLimit : "rtt";
+    return this.decide(before, this.currentLimit, this.lastRatePerSec, undefined);
   }
 
   /** The destination holds most of the window: hold it, shrink it now and then, undo a shrink that cost throughput. */

@@ -325,3 +325,35 @@ test("startingWindow: the defaults at 0, 40, 200 and 300 ms (reference 10,000 ms
   // It is where the controller starts.
   assert.equal(new WindowController(DEFAULTS).window, startingWindow(DEFAULTS).window);
 });
+
+test("slow start: a round that found the relay holding little, with a backlog beyond the window, doubles it at once, up to the cap", () => {
+  const c = new WindowController({ ...BIG, capMessages: 8192, initial: 4096 });
+  assert.equal(c.roundTrip(4096, 50_000), undefined, "the relay held all of the window at every delivery: the relay limits, not the round trip");
+  assert.equal(c.roundTrip(2048, 50_000), undefined, "held half of it throughout: no growth");
+  assert.equal(c.roundTrip(100, 4000), undefined, "less than a window waits at the source: a larger window would carry nothing more");
+  const d = c.roundTrip(100, 50_000);
+  assert.deepEqual([d?.window, d?.changed, d?.limit], [8192, true, "messages cap"]);
+  assert.equal(c.roundTrip(0, 50_000), undefined, "at the cap");
+  // Held by the destination (an observation said so): the round trip is not what limits.
+  const held = new WindowController({ ...BIG, initial: 4096 });
+  const base = { rttMs: 300, heldBytes: 0, sourcePending: 50_000 };
+  held.observe({ ...base, nowMs: 0, delivered: 0, deliveredBytes: 0, held: 0, awaitingDestination: 0 });
+  held.observe({ ...base, nowMs: 1000, delivered: 4000, deliveredBytes: 4000 * KiB, held: 4000, minHeld: 3000, awaitingDestination: 3500 });
+  assert.equal(held.limit, "destination");
+  assert.equal(held.roundTrip(0, 50_000), undefined);
+});
+
+test("who limits is judged by what the relay held throughout, not at the moment of the sample: a burst just delivered is the round trip's", () => {
+  const observe = (minHeld: number | undefined) => {
+    const c = new WindowController({ ...BIG, initial: 4096 });
+    const base = { rttMs: 300, heldBytes: 0, sourcePending: 50_000, awaitingDestination: 500 };
+    c.observe({ ...base, nowMs: 0, delivered: 0, deliveredBytes: 0, held: 0 });
+    // 3,000 held at the sample (a window's burst just arrived), 8,000 msgs/s over 300 ms.
+    return c.observe({ ...base, nowMs: 1000, delivered: 8000, deliveredBytes: 8000 * KiB, held: 3000, ...(minHeld === undefined ? {} : { minHeld }) });
+  };
+  assert.equal(observe(undefined).limit, "relay", "a sample alone: the relay seems to hold most of the window");
+  assert.equal(observe(2500).limit, "relay", "it held most of it all the time");
+  const d = observe(200);
+  assert.equal(d.limit, "rtt", "between bursts it held little: the round trip limits");
+  assert.ok(d.changed && d.window > 4096, `the window grows: ${d.window}`);
+});

@@ -1,0 +1,55 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type { NatsConnection } from "@nats-io/nats-core";
+import pino from "pino";
+import { Registry } from "prom-client";
+import { parseConfigText } from "../../src/config/load.js";
+import { LinkWindow } from "../../src/link/link-window.js";
+import { createMetrics } from "../../src/observability/metrics.js";
+
+const CONFIG = `regions:
+  a: { servers: ["nats://127.0.0.1:1"] }
+  b: { servers: ["nats://127.0.0.1:2"] }
+links:
+  - { name: a-to-b, from: { region: a, stream: SRC }, to: { region: b, stream: DST } }
+`;
+
+/** A link's window with its defaults (start 4096, cap 8192), no consumer to update (jsm undefined). */
+function windowOf() {
+  const config = parseConfigText(CONFIG, "test.yaml", {}).links[0]!;
+  const registry = new Registry();
+  const metrics = createMetrics(registry, { defaultMetrics: false });
+  const rate = { maxRate: undefined, size: 0, bytes: 0, heldSince: () => false, heldWithin: () => false, set: () => undefined, cappedSeconds: 0 };
+  const window = new LinkWindow({ config, source: {} as NatsConnection, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
+  window.placed();
+  const gauge = async (name: string, labels: Record<string, string>) =>
+    (await registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value;
+  /** `n` deliveries, the relay holding `held` at each, `pending` more at the source. */
+  const deliver = (n: number, held: number, pending = 100_000) => {
+    for (let i = 0; i < n; i++) window.receive(512, pending, held);
+  };
+  return { window, deliver, gauge };
+}
+
+test("link window: slow start doubles after a round trip's deliveries found the relay holding little (not in the first round, which began with nothing held)", async () => {
+  const w = windowOf();
+  assert.equal(w.window.maxAckPending, 4096);
+  w.deliver(4096, 0);
+  assert.equal(w.window.maxAckPending, 4096, "the first round only starts the clock");
+  w.deliver(4095, 100);
+  assert.equal(w.window.maxAckPending, 4096, "a round is a whole window of deliveries");
+  w.deliver(1, 100);
+  assert.equal(w.window.maxAckPending, 8192);
+  assert.equal(w.window.status().limit, "messages cap");
+  assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), 8192);
+  assert.equal(await w.gauge("relay_window_limit", { link: "a-to-b", limit: "messages cap" }), 1);
+});
+
+test("link window: no slow start while the relay holds most of the window, nor when less than a window waits at the source", () => {
+  const busy = windowOf();
+  busy.deliver(3 * 4096, 3000);
+  assert.equal(busy.window.maxAckPending, 4096, "the relay held most of it at every delivery: the relay limits");
+  const short = windowOf();
+  short.deliver(3 * 4096, 0, 1000);
+  assert.equal(short.window.maxAckPending, 4096, "1,000 waiting: a larger window would carry nothing more");
+});
