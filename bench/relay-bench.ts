@@ -36,8 +36,10 @@ const SIZE = BENCH_PAYLOAD.length;
 const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,links").split(",").map((x) => x.trim()).filter(Boolean));
 /** Messages of the R3 rows (3-node clusters fill and relay slower than single servers). */
 const TOPOLOGY_COUNT = Number(process.env.BENCH_TOPOLOGY_MESSAGES ?? 50_000);
-/** Half the WAN round trip the delay proxy adds between the regions. */
-const WAN_ONE_WAY_MS = Number(process.env.BENCH_WAN_ONE_WAY_MS ?? 20);
+/** Half the WAN round trip the delay proxy adds between the regions; several (100,150): a WAN group each. */
+const WAN_ONE_WAY_MS = (process.env.BENCH_WAN_ONE_WAY_MS ?? "20").split(",").map(Number);
+/** Runs of each R3 row, in rotation within its group; the median is shown. */
+const TOPOLOGY_RUNS = Math.max(1, Number(process.env.BENCH_TOPOLOGY_RUNS ?? 1));
 
 interface Result {
   name: string;
@@ -156,7 +158,9 @@ async function main(): Promise<void> {
     console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, nats-server from PATH; rows: ${[...ONLY].join(", ")}\n`);
     if (ONLY.has("loopback")) await loopbackRows(servers);
     if (ONLY.has("r3") || ONLY.has("r3-wan") || ONLY.has("lag")) {
-      console.log(`\nboth regions 3-node clusters, R3 streams; ${TOPOLOGY_COUNT} messages; WAN = delay proxy, ${2 * WAN_ONE_WAY_MS} ms round trip (one run each):`);
+      const rtts = WAN_ONE_WAY_MS.map((ms) => `${2 * ms} ms`).join(", ");
+      const runs = TOPOLOGY_RUNS > 1 ? `medians of ${TOPOLOGY_RUNS} runs in rotation` : "one run each";
+      console.log(`\nboth regions 3-node clusters, R3 streams; ${TOPOLOGY_COUNT} messages; WAN = delay proxy, ${rtts} round trip (${runs}):`);
     }
     await topologyRows(servers, {
       count: TOPOLOGY_COUNT,
@@ -164,6 +168,8 @@ async function main(): Promise<void> {
       oneWayMs: WAN_ONE_WAY_MS,
       lagRate: Number(process.env.BENCH_LAG_RATE ?? 5_000),
       lagSeconds: Number(process.env.BENCH_LAG_SECONDS ?? 10),
+      runs: TOPOLOGY_RUNS,
+      wanDefaultsOnly: process.env.BENCH_WAN_ROWS === "defaults",
     });
     if (ONLY.has("links")) await idleLinkRows(servers, (process.env.BENCH_LINKS ?? "100,1000").split(",").map(Number));
   } finally {

@@ -8,7 +8,7 @@
  *   lag     steady state at LAG_RATE msgs/s for LAG_SECONDS over the WAN: replication lag p50/p99
  *           (destination store time − publish time), native vs relay
  */
-import { jetstream, jetstreamManager, DeliverPolicy } from "@nats-io/jetstream";
+import { jetstream, DeliverPolicy } from "@nats-io/jetstream";
 import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { connect } from "@nats-io/transport-node";
@@ -138,39 +138,52 @@ function startRelay(_r: Regions, config: string): RelayProcess {
 
 /**
  * Publishes `rate` msgs/s for `seconds` into region a (a `Bench-Sent` header with the send time in
- * ms), reads them back from DST in region b and returns the lags (store time in b − send time).
+ * ms), after LAG_WARM_UP_SECONDS of the same traffic unmeasured, reads them back from DST in region b
+ * and returns the lags (store time in b − send time).
  */
-async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number): Promise<number[]> {
+async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number, already = 0): Promise<number[]> {
   // The pace is kept whatever the PubAcks do: on a saturated machine they can take seconds to come.
   const js = jetstream(nca, { timeout: 60_000 });
+  // Both paths warm up at the rate first (unmeasured): the lag rows are the steady state, not a cold
+  // process's first second (a relay that has moved one message has not compiled its hot path yet).
+  const warm = rate * LAG_WARM_UP_SECONDS;
+  await publishAtRate(js, rate, warm, "warm", false);
   const total = rate * seconds;
-  const tickMs = 10;
-  const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
-  const started = Date.now();
-  const acks: Promise<unknown>[] = [];
-  for (let sent = 0; sent < total; ) {
-    const due = started + (sent / rate) * 1000;
-    const wait = due - Date.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    for (let i = 0; i < perTick && sent < total; i++, sent++) {
-      const h = headers();
-      h.set("Nats-Msg-Id", `lag-${sent}`);
-      h.set("Bench-Sent", String(Date.now()));
-      acks.push(js.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h }));
-    }
-  }
-  await Promise.all(acks);
-  await timeUntilFull(ncb, "DST", total, 120_000);
+  await publishAtRate(js, rate, total, "lag", true);
+  await timeUntilFull(ncb, "DST", already + warm + total, 120_000);
   const lags: number[] = [];
   const consumer = await jetstream(ncb).consumers.get("DST", { deliver_policy: DeliverPolicy.All });
   const iter = await consumer.consume();
   for await (const m of iter) {
     const sentAt = Number(m.headers?.get("Bench-Sent"));
-    lags.push(m.info.timestampNanos / 1e6 - sentAt);
+    if (sentAt > 0) lags.push(m.info.timestampNanos / 1e6 - sentAt); // not a warm-up message
     if (m.info.pending === 0) break;
   }
   await iter.close();
   return lags.sort((x, y) => x - y);
+}
+
+/** Seconds of unmeasured traffic at the lag rate before the measured seconds. */
+const LAG_WARM_UP_SECONDS = 3;
+
+/** Publishes `count` messages at `rate` msgs/s (ids `<prefix>-<n>`); `stamped`: with the send time in `Bench-Sent`. */
+async function publishAtRate(js: ReturnType<typeof jetstream>, rate: number, count: number, prefix: string, stamped: boolean): Promise<void> {
+  const tickMs = 10;
+  const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
+  const started = Date.now();
+  const acks: Promise<unknown>[] = [];
+  for (let sent = 0; sent < count; ) {
+    const due = started + (sent / rate) * 1000;
+    const wait = due - Date.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    for (let i = 0; i < perTick && sent < count; i++, sent++) {
+      const h = headers();
+      h.set("Nats-Msg-Id", `${prefix}-${sent}`);
+      if (stamped) h.set("Bench-Sent", String(Date.now()));
+      acks.push(js.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h }));
+    }
+  }
+  await Promise.all(acks);
 }
 
 const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
@@ -192,11 +205,11 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       const warm = headers();
       warm.set("Nats-Msg-Id", "warm-up");
       await jetstream(nca).publish("src.warm", BENCH_PAYLOAD, { headers: warm });
+      // Kept, not purged: a purge is a change of the destination, which holds the link's publishing
+      // until it has read the stream again (up to a poll), and the measurement would start with that.
       await timeUntilFull(ncb, "DST", 1, 60_000);
-      const jsm = await jetstreamManager(ncb);
-      await jsm.streams.purge("DST");
     }
-    const lags = await measureLag(nca, ncb, rate, seconds);
+    const lags = await measureLag(nca, ncb, rate, seconds, kind === "relay" ? 1 : 0);
     return { name, lagP50Ms: quantile(lags, 0.5), lagP99Ms: quantile(lags, 0.99) };
   } finally {
     if (proc) {
@@ -212,9 +225,31 @@ export interface TopologyOptions {
   readonly count: number;
   /** Row groups to run: r3, r3-wan, lag. */
   readonly only: ReadonlySet<string>;
-  readonly oneWayMs: number;
+  /** Half of each WAN round trip: r3-wan and lag run once per entry. */
+  readonly oneWayMs: readonly number[];
   readonly lagRate: number;
   readonly lagSeconds: number;
+  /** Runs of each row, in rotation within its group: the median is shown (a shared machine is noisy). */
+  readonly runs: number;
+  /** r3-wan: only the default link settings (not the variants with other acks or caps). */
+  readonly wanDefaultsOnly?: boolean;
+}
+
+/**
+ * Each row `runs` times, in rotation (row 1, row 2, …, row 1, …), so a slow minute of a shared machine
+ * falls on every row alike. Each row is its median run (by rate, or by lag p99), with the highest peak
+ * RSS of its runs.
+ */
+async function inRotation(runs: number, rows: readonly (() => Promise<TopologyRow>)[]): Promise<TopologyRow[]> {
+  const results: TopologyRow[][] = rows.map(() => []);
+  for (let i = 0; i < runs; i++) for (const [k, row] of rows.entries()) results[k]?.push(await row());
+  return results.map((r) => {
+    const key = (x: TopologyRow) => x.msgsPerSec ?? -(x.lagP99Ms ?? 0);
+    const median = [...r].sort((x, y) => key(x) - key(y))[Math.floor((r.length - 1) / 2)] as TopologyRow;
+    const rss = Math.max(...r.map((x) => x.peakRssMb ?? 0));
+    const name = runs > 1 ? `${median.name} (median of ${runs})` : median.name;
+    return { ...median, name, ...(rss > 0 ? { peakRssMb: rss } : {}) };
+  });
 }
 
 /** Runs the selected rows; each pair (native, relay) on fresh clusters, native first; prints each group as it ends. */
@@ -224,27 +259,36 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     printTopology([group]);
     groups.push(group);
   };
-  const rtt = `${2 * o.oneWayMs} ms RTT`;
+  const rotation = (rows: readonly (() => Promise<TopologyRow>)[]) => inRotation(o.runs, rows);
   if (o.only.has("r3")) {
-    add([await nativeRow(servers, "R3 loopback: native sourcing", o.count, 0), await relayRow(servers, "R3 loopback: relay", o.count, 0)]);
+    add(await rotation([() => nativeRow(servers, "R3 loopback: native sourcing", o.count, 0), () => relayRow(servers, "R3 loopback: relay", o.count, 0)]));
   }
-  if (o.only.has("r3-wan")) {
-    add([
-      await nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, o.oneWayMs),
-      await relayRow(servers, `R3 + ${rtt}: relay`, o.count, o.oneWayMs),
-      await relayRow(servers, `R3 + ${rtt}: relay, an ack each`, o.count, o.oneWayMs, "    sourceAcks: each"),
-      // The window a WAN link is advised to have: pulls outstanding for all of inFlight (README, Window).
-      await relayRow(servers, `R3 + ${rtt}: relay, inFlightBytes 1GiB`, o.count, o.oneWayMs, "    inFlightBytes: 1GiB"),
-      // A window of 4,096 messages: what the README advises for a link that must move more than
-      // inFlight / RTT messages per second across a WAN.
-      await relayRow(servers, `R3 + ${rtt}: relay, inFlight 4096, 4GiB`, o.count, o.oneWayMs, "    inFlight: 4096\n    inFlightBytes: 4GiB"),
-    ]);
-  }
-  if (o.only.has("lag")) {
-    add([
-      await lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", o.oneWayMs, o.lagRate, o.lagSeconds),
-      await lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", o.oneWayMs, o.lagRate, o.lagSeconds),
-    ]);
+  for (const oneWayMs of o.oneWayMs) {
+    const rtt = `${2 * oneWayMs} ms RTT`;
+    if (o.only.has("r3-wan")) {
+      const relay = (label: string, extra = "") => () => relayRow(servers, `R3 + ${rtt}: relay${label}`, o.count, oneWayMs, extra);
+      add(
+        await rotation([
+          () => nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, oneWayMs),
+          relay(""),
+          ...(o.wanDefaultsOnly
+            ? []
+            : [
+                relay(", an ack each", "    sourceAcks: each"),
+                // A window held at 4,096 messages whatever the round trip needs.
+                relay(", inFlight 4096, 4GiB", "    inFlight: 4096\n    inFlightBytes: 4GiB"),
+              ]),
+        ]),
+      );
+    }
+    if (o.only.has("lag")) {
+      add(
+        await rotation([
+          () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds),
+          () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", oneWayMs, o.lagRate, o.lagSeconds),
+        ]),
+      );
+    }
   }
   return groups;
 }
@@ -258,10 +302,10 @@ export function printTopology(groups: readonly TopologyRow[][]): void {
         const ratio = native.msgsPerSec ? (r.msgsPerSec / native.msgsPerSec).toFixed(2) : "-";
         const cpu = r.relayCpu === undefined ? "" : `, relay CPU ${r.relayCpu.toFixed(2)} s per 100k`;
         const rss = r.peakRssMb === undefined ? "" : `, peak RSS ${r.peakRssMb.toFixed(0)} MB`;
-        console.log(`${r.name.padEnd(40)}${Math.round(r.msgsPerSec).toString().padStart(10)} msgs/s  ${ratio}x native${cpu}${rss}`);
+        console.log(`${r.name.padEnd(52)}${Math.round(r.msgsPerSec).toString().padStart(10)} msgs/s  ${ratio}x native${cpu}${rss}`);
       } else {
         const ratio = native.lagP99Ms ? ((r.lagP99Ms ?? NaN) / native.lagP99Ms).toFixed(2) : "-";
-        console.log(`${r.name.padEnd(40)}lag p50 ${(r.lagP50Ms ?? NaN).toFixed(0).padStart(6)} ms, p99 ${(r.lagP99Ms ?? NaN).toFixed(0).padStart(6)} ms  (p99 ${ratio}x native)`);
+        console.log(`${r.name.padEnd(52)}lag p50 ${(r.lagP50Ms ?? NaN).toFixed(0).padStart(6)} ms, p99 ${(r.lagP99Ms ?? NaN).toFixed(0).padStart(6)} ms  (p99 ${ratio}x native)`);
       }
     }
   }
