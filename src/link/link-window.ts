@@ -140,7 +140,7 @@ export class LinkWindow {
     const decision = this.controller.roundTrip(round.minHeld, sourcePending);
     if (decision?.changed) {
       this.exportLimit(decision.limit);
-      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, cap: decision.cap }, "pull window doubled: a round trip's deliveries found the relay holding little (slow start)");
+      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, cap: decision.cap }, "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)");
     }
   }
 

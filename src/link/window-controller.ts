@@ -314,8 +314,9 @@ export class WindowController {
 
   /**
    * Slow start between observations, as TCP grows its window per round trip: a whole window was
-   * delivered since the last round, the relay held less than half of it at every delivery of the round
-   * (`minHeld`: the rest was on the wire) and more than a window still waits at the source, so the
+   * delivered since the last round, at some delivery of the round the relay held less than half of it
+   * (`minHeld`: it did not hold most of it throughout, the rest was on the wire) and more than a window
+   * still waits at the source, so the
    * round trip is what limits: the window doubles now, up to the cap, instead of a second later. Not
    * while a cap, the destination or the relay holds it (the observations decide those). Returns the
    * decision, or undefined when the window stays.
