@@ -129,13 +129,6 @@ test("subjectOf maps source subjects to the destination's", () => {
   assert.deepEqual(counts(computeReport("mapped", stored, src, (s) => `b.${s.subject}`)), ZERO);
 });
 
-test("a source with an id twice is refused: the checker needs unique ids", () => {
-  assert.throws(
-    () => computeReport("bad", [], [...source(2), { id: "m-0", subject: "S.0", seq: 9 }]),
-    /m-0 appears twice/,
-  );
-});
-
 test("assertDelivery: liveness failures or a slow probe fail, and the message carries the whole report", () => {
   const src = source(2);
   const clean = computeReport("live", storedAs(src, [0, 1]), src);
@@ -190,4 +183,17 @@ test("duplicateKeys finds a key written twice in one object, at any depth, and n
   assert.deepEqual(duplicateKeys('{"a":{"b":1,"b":2},"c":[{"d":1,"d":2},{"d":3}],"e":"\\"e\\":1"}'), ["a.b", "c.d"]);
   assert.deepEqual(duplicateKeys('{"component":"link","link":"x","err":{"component":"guard"}}'), [], "the same key in different objects is fine");
   assert.deepEqual(duplicateKeys('{"msg":"a, \\"msg\\": b","list":["msg","msg"]}'), []);
+});
+
+test("a message the source itself stored twice (a publisher's retry): expected once, in its first copy's place; two messages under one id are refused", () => {
+  const src = source(4);
+  const retried = [...src.slice(0, 3), { ...src[1]!, seq: 4 }, { ...src[3]!, seq: 5 }];
+  const r = computeReport("source retry", storedAs(src, [0, 1, 2, 3]), retried);
+  assert.deepEqual(counts(r), ZERO);
+  assert.equal(r.messages, 4);
+  assert.equal(r.sourceDuplicates, 1);
+  // The copy stored in the retry's place (after m-2) is late for the first copy's.
+  assert.equal(computeReport("late", storedAs(src, [0, 2, 1, 3]), retried).reordered, 1);
+  assert.equal(computeReport("lost", storedAs(src, [0, 2, 3]), retried).lost, 1);
+  assert.throws(() => computeReport("reused", [], [...src, { ...src[1]!, subject: "S.other", seq: 9 }]), /m-1 names two different messages in the source \(seq 2 and 9\)/);
 });
