@@ -131,6 +131,7 @@ export class LinkWindow {
   receive(bytes: number, sourcePending: number, held: number): void {
     this.delivered++;
     this.deliveredBytes += bytes;
+    if (held < this.minHeld) this.minHeld = held;
     const round = this.round;
     if (held < round.minHeld) round.minHeld = held;
     if (++round.delivered < this.controller.window) return;
@@ -179,7 +180,6 @@ export class LinkWindow {
     // What the rate cap holds is held too (received, not acked).
     const size = pipelineSize + this.deps.rate.size;
     const bytes = pipelineBytes + this.deps.rate.bytes;
-    if (pipelineSize < this.minHeld) this.minHeld = pipelineSize;
     const bound = this.deps.config.inFlightBytes;
     if (!this.held && bytes >= bound) {
       this.held = true;
