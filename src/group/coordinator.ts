@@ -23,6 +23,8 @@ export interface PlacedUnit {
 export class GroupCoordinator {
   private readonly units = new Map<string, PlacedUnit>();
   private readonly preferred = new Map<string, boolean>();
+  /** Units owned here though placed elsewhere whose link was told again to hand over (told once per ownership). */
+  private readonly retold = new Set<string>();
   private stopped = false;
   /** What the last placement was computed from (see `apply`). */
   private lastInputs: string | undefined;
@@ -50,6 +52,7 @@ export class GroupCoordinator {
   remove(unit: string): void {
     if (!this.units.delete(unit)) return;
     this.preferred.delete(unit);
+    this.retold.delete(unit);
     this.apply(this.membership.members, "link removed");
   }
 
@@ -85,13 +88,26 @@ export class GroupCoordinator {
     for (const [key, unit] of this.units) {
       const target = placed.get(key);
       const mine = target === this.self.id;
-      if (this.preferred.get(key) === mine) continue;
-      this.preferred.set(key, mine);
       const reason = !visible
         ? "this relay cannot see its group: the others take its links"
         : mine
           ? `placed on this relay (${members.length} members)`
           : `placed on ${target ?? "?"} (${members.length} members)`;
+      if (this.preferred.get(key) === mine) {
+        // Unchanged, yet owned here while placed elsewhere: a lease this relay took while the decision
+        // was on its way (its take was in flight when placement moved the unit). Told again, the link
+        // hands it over (a link already handing over, or not owning it, ignores the repeat).
+        const ownedHere = !mine && owners.get(key) === this.self.id;
+        if (!ownedHere) this.retold.delete(key);
+        else if (!this.retold.has(key)) {
+          this.retold.add(key);
+          this.logger.info({ unit: key, target, why }, `placement: this relay owns a link placed elsewhere: handing it over (${reason})`);
+          unit.setPreferred(false, reason);
+        }
+        continue;
+      }
+      this.preferred.set(key, mine);
+      this.retold.delete(key);
       this.logger.info({ unit: key, preferred: mine, target, why }, `placement: ${reason}`);
       unit.setPreferred(mine, reason);
     }

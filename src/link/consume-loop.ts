@@ -200,6 +200,7 @@ export class ConsumeLoop {
         });
         this.messages = messages;
         if (this.deps.operator?.holding) messages.stop(); // paused while the pull started
+        if (ownership.handingOver) messages.stop(); // placement moved the link while the pull started
         backoff.reset();
         events.consuming();
         this.deps.watch.watchConsumer(messages).catch((err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message }, "consumer status watcher ended"));
