@@ -10,7 +10,8 @@ import { encodeLeaseValue, isCasConflict, readLeaseValue as readValue } from "./
 import { KvTrouble } from "./lease-trouble.js";
 import { AcquireWaiters, stoppedError } from "./lease-waiters.js";
 import { Napper, watchLeaseKey } from "./lease-wakeup.js";
-import { compileLeaseOptions, type CompiledLeaseOptions, type LeaseOptions, type LeaseState } from "./types.js";
+import { compileLeaseOptions } from "./types.js";
+import type { CompiledLeaseOptions, LeaseOptions, LeaseState } from "./types.js";
 
 export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
 
@@ -378,7 +379,7 @@ export class LinkLease {
     this.deadline.retrySoon(sentAt);
     let revision: number;
     try {
-      revision = await this.opts.renewals.update(this.opts.nc, kv, this.opts.key, encodeLeaseValue(this.opts, leaseRevision), this.revision);
+      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, leaseRevision), this.revision, this.opts.requestTimeoutMs);
     } catch (err) {
       if (this.current !== "owner" || this.heldRevision !== leaseRevision) return; // lost meanwhile
       if (isCasConflict(err)) return this.afterConflict(kv, leaseRevision);

@@ -1,6 +1,5 @@
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import type { LeaseKeyWatches } from "./lease-wakeup.js";
-import type { LeaseRenewals } from "./lease-renewals.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -43,8 +42,6 @@ export interface LeaseOptions {
   readonly ticks?: TickGrid;
   /** The relay's one watch over the group bucket (else this lease watches its own key). */
   readonly keyWatches?: LeaseKeyWatches;
-  /** The relay's renewal writer (one per connection: lease-renewals.ts). */
-  readonly renewals: LeaseRenewals;
 }
 
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */
@@ -69,7 +66,6 @@ export interface CompiledLeaseOptions {
   readonly now: () => number;
   readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
   readonly keyWatches: LeaseKeyWatches | undefined;
-  readonly renewals: LeaseRenewals;
 }
 
 /**
@@ -127,16 +123,10 @@ export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
     renewMs,
     marginMs: renewMs / 2,
     pollMs: renewMs,
-    requestTimeoutMs: leaseRequestTimeoutMs(renewMs),
+    requestTimeoutMs: Math.max(renewMs, 500),
     replicas: opts.replicas,
     now: opts.now ?? (() => performance.now()),
     onTransition: opts.onTransition,
     keyWatches: opts.keyWatches,
-    renewals: opts.renewals,
   });
-}
-
-/** Timeout of one KV request of a lease (read, CAS write, delete): a renewal interval, at least 500 ms. */
-export function leaseRequestTimeoutMs(renewMs: number): number {
-  return Math.max(renewMs, 500);
 }

@@ -24,8 +24,6 @@ import { PlacementSlots } from "./placement.js";
 import { forgetLinkSeries } from "./reload.js";
 import { TickGrid } from "../lifecycle/tick-grid.js";
 import { LeaseKeyWatches } from "../group/lease-wakeup.js";
-import { LeaseRenewals } from "../group/lease-renewals.js";
-import { leaseRequestTimeoutMs } from "../group/types.js";
 import { readinessOf, relayStatus } from "./status.js";
 import type { RelayStatus, WaitingLink } from "./status.js";
 import type { ReloadReport } from "./reload.js";
@@ -73,7 +71,6 @@ export class Relay {
   private readonly ticks = new TickGrid();
   /** One watch over the group bucket for all the links' leases (created with the logger). */
   private readonly leaseWatches: LeaseKeyWatches;
-  private readonly leaseRenewals: LeaseRenewals;
   private readonly logger: Logger;
   private readonly regionLogger: Logger;
   private current: RelayState = "created";
@@ -114,7 +111,6 @@ export class Relay {
     // own region, bound once here; components and links are bound once, on loggers made from it.
     this.regionLogger = deps.logger.child({ region });
     this.leaseWatches = new LeaseKeyWatches(this.regionLogger.child({ component: "lease" }));
-    this.leaseRenewals = new LeaseRenewals(leaseRequestTimeoutMs(config.group.renewMs));
     this.logger = this.regionLogger.child({ component: "relay" });
     this.writeGates = new WriteGates({
       logger: this.logger,
@@ -256,7 +252,6 @@ export class Relay {
         renewMs: this.config.group.renewMs,
         ticks: this.ticks,
         keyWatches: this.leaseWatches,
-        renewals: this.leaseRenewals,
         logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
@@ -318,7 +313,6 @@ export class Relay {
       await Promise.all(this.links.map((l) => l.stop(signal)));
       await leaving;
       await this.controls?.stop();
-      this.leaseRenewals.close();
       await this.connections.closeAll();
       this.setState("stopped");
       this.resolveClosed();

@@ -7,13 +7,9 @@ import type { KV } from "@nats-io/kv";
 import { pino } from "pino";
 import { LinkLease } from "../../src/group/lease.js";
 import { LeaseKeyWatches } from "../../src/group/lease-wakeup.js";
-import { LeaseRenewals } from "../../src/group/lease-renewals.js";
-import { leaseRequestTimeoutMs } from "../../src/group/types.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { LeaseOptions } from "../../src/group/lease.js";
 import type { StoredLeaseValue } from "../../src/group/lease-value.js";
-import { isCasConflict } from "../../src/group/lease-value.js";
-import { isBucketGone } from "../../src/group/bucket.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
 import type { HasAfter } from "../helpers/servers.js";
@@ -56,10 +52,7 @@ async function member(
   const { connect: connectExtra, ...leaseExtra } = extra;
   const nc = await connect({ servers, maxReconnectAttempts: -1, reconnectTimeWait: 100, ...connectExtra });
   defer(() => nc.close());
-  // Renewals written as the relay writes them (its one writer per connection), unless a test says otherwise.
-  const renewals = new LeaseRenewals(leaseRequestTimeoutMs(RENEW_MS));
-  defer(() => renewals.close());
-  const lease = new LinkLease({ nc, bucket: "relay_leases", key, owner, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger, renewals, ...leaseExtra });
+  const lease = new LinkLease({ nc, bucket: "relay_leases", key, owner, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger, ...leaseExtra });
   const losses: string[] = [];
   lease.onLost((reason) => losses.push(reason));
   defer(() => lease.stop());
@@ -443,32 +436,4 @@ test("a relay's leases share one watch of the bucket: one consumer per relay, a 
   // Every lease stopped: the shared watches end with them (the server forgets their consumers later).
   await Promise.all([...xs, ...ys].map((m) => m.lease.stop()));
   await check(() => !relayX.watching && !relayY.watching, { name: "the shared watches ended with their leases", timeoutMs: 5_000 });
-});
-
-test("the relay's renewal writer: a stored write gives the new revision; a stale revision fails as a CAS conflict and a deleted bucket as gone, in the client's own errors; a frozen server as a timeout", async (t) => {
-  const servers = withServers(t);
-  const own = await servers.startNats();
-  const nc = await connect({ servers: own.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
-  t.after(() => nc.close());
-  const renewals = new LeaseRenewals(500);
-  t.after(() => renewals.close());
-  const bucket = uniqueName("grp");
-  const kv = await openKv(nc, bucket);
-  const key = "links.a-to-b";
-  const created = await kv.create(key, "one");
-  const renewed = await renewals.update(nc, kv, key, "two", created);
-  assert.ok(renewed > created, `the write's revision ${renewed} follows ${created}`);
-  assert.equal((await kv.get(key))?.string(), "two");
-  assert.equal((await kv.get(key))?.revision, renewed);
-  await assert.rejects(renewals.update(nc, kv, key, "stale", created), (err: unknown) => isCasConflict(err), "a stale revision is a CAS conflict");
-  assert.equal((await kv.get(key))?.string(), "two", "the stale write stored nothing");
-  // Frozen for longer than the timeout: a timeout (the write may land later; the lease's next renewal tells).
-  await own.pause();
-  const paused = renewals.update(nc, kv, key, "late", renewed);
-  await assert.rejects(paused, /no PubAck .* within 500ms/);
-  await own.resume();
-  const landed = await check(async () => ((await kv.get(key))?.string() === "late" ? true : undefined), { name: "the timed-out write landed after the resume", timeoutMs: 5_000 });
-  assert.ok(landed);
-  await (await jetstreamManager(nc)).streams.delete(`KV_${bucket}`);
-  await assert.rejects(renewals.update(nc, kv, key, "gone", renewed + 1), (err: unknown) => isBucketGone(err), "a deleted bucket is gone");
 });
