@@ -3,6 +3,7 @@ import type { KV, KvWatchEntry } from "@nats-io/kv";
 import type { QueuedIterator } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { toRelayError } from "../errors.js";
+import { sleep } from "../lifecycle/backoff.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 
 /**
@@ -11,15 +12,10 @@ import type { TickGrid } from "../lifecycle/tick-grid.js";
  * as they happen. Best effort: polling stays the fallback.
  */
 
-/**
- * The loop's sleeps; `wake()` ends the current one, or the next one at once when none is running. An
- * abort of the loop's signal wakes it too, through one listener per signal, not one per nap: a thousand
- * leases nap a thousand times a second.
- */
+/** The loop's sleeps; `wake()` ends the current one, or the next one at once when none is running. */
 export class Napper {
   private wakePending = false;
   private waker: (() => void) | undefined;
-  private followed: AbortSignal | undefined;
 
   /** `ticks`: the relay's shared grid, for naps given a `gridMs` (see TickGrid). */
   constructor(private readonly ticks?: TickGrid) {}
@@ -34,35 +30,32 @@ export class Napper {
       this.wakePending = false;
       return;
     }
-    if (signal.aborted) return;
-    this.follow(signal);
     const ticks = this.ticks;
-    await new Promise<void>((resolve) => {
-      if (ticks && gridMs) {
-        // A wake settles the nap at once; the grid's waiter settles nothing more at its tick.
+    if (ticks && gridMs) {
+      // The renewals' nap, a thousand a second: no controller of its own. A wake settles the nap at
+      // once; the grid's waiter settles nothing more at its tick.
+      await new Promise<void>((resolve) => {
         this.waker = resolve;
-        void ticks.sleep(ms, gridMs).then(resolve);
-        return;
-      }
-      const timer = setTimeout(resolve, ms);
-      this.waker = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-    this.waker = undefined;
+        void ticks.sleep(ms, gridMs, signal).then(resolve);
+      });
+      this.waker = undefined;
+      return;
+    }
+    const ac = new AbortController();
+    const onAbort = () => ac.abort();
+    signal.addEventListener("abort", onAbort, { once: true });
+    this.waker = onAbort;
+    try {
+      await sleep(ms, ac.signal);
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+      this.waker = undefined;
+    }
   }
 
   wake(): void {
     if (this.waker) this.waker();
     else this.wakePending = true;
-  }
-
-  /** The loop's signal wakes the nap when it aborts (a new loop brings a new signal). */
-  private follow(signal: AbortSignal): void {
-    if (this.followed === signal) return;
-    this.followed = signal;
-    signal.addEventListener("abort", () => this.wake(), { once: true });
   }
 }
 
