@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { rmSync } from "node:fs";
-import { mkdtemp, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -34,6 +34,8 @@ async function keepLogs(testName: string, region: string, logs: LogSink): Promis
   const dir = process.env["RELAY_TEST_LOG_DIR"];
   if (!dir) return;
   const name = `${testName.replace(/[^A-Za-z0-9]+/g, "-").slice(0, 80)}-${region}-${process.pid}-${Date.now()}.log`;
+  // Created when missing: a failing hook here would skip the test's later ones (a publisher left running).
+  await mkdir(dir, { recursive: true });
   await writeFile(join(dir, name), logs.text() + "\n");
 }
 
