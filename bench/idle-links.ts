@@ -7,6 +7,7 @@
  *   burst     50 messages per link published at once (N × 50), and the seconds until every destination
  *             holds them all, as msgs/s
  * BENCH_LINKS=100,1000 sets the counts; BENCH_LINKS_YAML adds top-level config (e.g. "group: { renew: 2s }");
+ * BENCH_LINKS_RUNS=3 runs each count three times in rotation and prints medians (see idleLinkRows);
  * BENCH_RELAY_NODE_ARGS passes node flags to the relay (e.g. --cpu-prof).
  */
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -108,23 +109,49 @@ ${process.env["BENCH_LINKS_YAML"] ?? ""}
   }
 }
 
-/** Runs the idle-links rows and prints them. */
+/** The middle value (the lower of the two middle ones for an even count). */
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((x, y) => x - y);
+  return sorted[Math.floor((sorted.length - 1) / 2)] ?? NaN;
+}
+
+/**
+ * Runs the idle-links rows and prints them. BENCH_LINKS_RUNS=N runs each count N times in rotation and
+ * prints each column's median, with the idle CPU's range: on a shared machine the idle relay CPU of one
+ * build varies by ±2 points from run to run, so one run per build cannot tell a change of that size.
+ */
 export async function idleLinkRows(servers: LocalBackend, counts: readonly number[]): Promise<IdleLinksRow[]> {
-  console.log(`\nidle links: one relay, N links between two single servers, default settings; idle over ${IDLE_SECONDS} s; a burst of ${BURST_PER_LINK} msgs per link:`);
+  const runs = Math.max(1, Number(process.env.BENCH_LINKS_RUNS ?? 1));
+  const of = runs > 1 ? ` (median of ${runs} runs in rotation; idle relay CPU min–max)` : "";
+  console.log(`\nidle links: one relay, N links between two single servers, default settings; idle over ${IDLE_SECONDS} s; a burst of ${BURST_PER_LINK} msgs per link${of}:`);
   console.log(
     `${"links".padStart(6)}${"all live".padStart(10)}${"idle relay CPU".padStart(16)}${"idle server CPU".padStart(17)}${"RSS".padStart(9)}${"peak RSS".padStart(10)}` +
-      `${"burst drained".padStart(15)}${"msgs/s".padStart(9)}`,
+      `${"burst drained".padStart(15)}${"msgs/s".padStart(9)}${runs > 1 ? "  relay CPU range" : ""}`,
   );
+  const all = new Map<number, IdleLinksRow[]>(counts.map((n) => [n, []]));
+  for (let run = 0; run < runs; run++) for (const n of counts) all.get(n)!.push(await oneRow(servers, n));
   const rows: IdleLinksRow[] = [];
   for (const n of counts) {
-    const r = await oneRow(servers, n);
+    const samples = all.get(n)!;
+    const pick = (f: (r: IdleLinksRow) => number) => median(samples.map(f));
+    const r: IdleLinksRow = {
+      links: n,
+      startSeconds: pick((x) => x.startSeconds),
+      idleRelayCpuPct: pick((x) => x.idleRelayCpuPct),
+      idleServerCpuPct: pick((x) => x.idleServerCpuPct),
+      rssMb: pick((x) => x.rssMb),
+      peakRssMb: pick((x) => x.peakRssMb),
+      burstSeconds: pick((x) => x.burstSeconds),
+    };
     rows.push(r);
+    const cpus = samples.map((x) => x.idleRelayCpuPct);
+    const range = runs > 1 ? `  ${Math.min(...cpus).toFixed(1)}–${Math.max(...cpus).toFixed(1)} %` : "";
     console.log(
       `${String(n).padStart(6)}${`${r.startSeconds.toFixed(1)} s`.padStart(10)}${`${r.idleRelayCpuPct.toFixed(1)} %`.padStart(16)}` +
         `${`${r.idleServerCpuPct.toFixed(1)} %`.padStart(17)}${`${r.rssMb.toFixed(0)} MB`.padStart(9)}${`${r.peakRssMb.toFixed(0)} MB`.padStart(10)}` +
         `${`${r.burstSeconds.toFixed(1)} s`.padStart(15)}${Math.round((n * BURST_PER_LINK) / r.burstSeconds)
           .toString()
-          .padStart(9)}`,
+          .padStart(9)}${range}`,
     );
   }
   return rows;
