@@ -199,8 +199,8 @@ export class ConsumeLoop {
           callback: (m: JsMsg) => this.onMessage(m),
         });
         this.messages = messages;
-        if (this.deps.operator?.holding) messages.stop(); // paused while the pull started
-        if (ownership.handingOver) messages.stop(); // placement moved the link while the pull started
+        // Paused, or placement moved the link, while the pull started.
+        if (this.deps.operator?.holding || ownership.handingOver) messages.stop();
         backoff.reset();
         events.consuming();
         this.deps.watch.watchConsumer(messages).catch((err: unknown) => this.deps.logger.debug({ err: toRelayError(err).message }, "consumer status watcher ended"));
