@@ -2,7 +2,9 @@
  * npm run bench:guard — what the guard costs Redis: memory per committed id and per entity version,
  * and claim+commit throughput, for the current layout (src/guard/layout.ts) and, as the baseline in
  * the same run, the previous one (one key per id and per entity; its scripts are kept verbatim in
- * bench/fixtures/guard-v1-lua.ts).
+ * bench/fixtures/guard-v1-lua.ts). The current layout runs twice: "keyed", claims by a key per id (a
+ * scope with several live writers, or a caller without a lease), and "lease", claims by the link's
+ * lease (a scope's only writer: no claim key per id; lua.ts WRITERS), as a link runs it.
  *
  * It starts its own redis-server (default settings: no maxmemory, no AOF) and, per layout:
  *   ids       GUARD_BENCH_IDS (default 1,000,000) new ids, claimed and committed in batches of 500
@@ -13,13 +15,12 @@
  *   bytes/entity  = (entities phase growth - ids × bytes/id) / entities
  *   ops/s         = ids claimed and committed per second, and the CPU it took per 100,000 ids in
  *                   Redis and in this process (the client side: the guard's encoding and ioredis)
- * Then a steady rate, for the current layout only: ids claimed and committed as fast as they go for
- * GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 8 s, so that buckets open and expire as
- * they do over hours in production and a claim reads every live bucket. The first half warms up (the
- * fan-out adapts, old buckets expire); the second half is measured: ids/s, live buckets, Redis and
- * client CPU per 100k. It runs with the layout's buckets per idTtl and, as the baseline, with 4 (the
- * span this layout had first).
- * Every figure is from this one run on this machine; the ratios compare the two layouts.
+ * Then a steady rate, for the current layout, keyed and by lease: ids claimed and committed as fast
+ * as they go for GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 8 s, so that buckets open
+ * and expire as they do over hours in production and a claim reads every live bucket. The first half
+ * warms up (the fan-out adapts, old buckets expire); the second half is measured: ids/s, live
+ * buckets, Redis and client CPU per id.
+ * Every figure is from this one run on this machine; the ratios compare the layouts.
  */
 import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
@@ -44,17 +45,22 @@ interface BenchGuard {
   stop(): Promise<void>;
 }
 
-/** The current guard, as the relay runs it. */
-async function currentGuard(url: string, scope: string, idTtlMs = ID_TTL_MS, bucketsPerTtl?: number): Promise<BenchGuard> {
+/**
+ * The current guard. `lease`: as a link runs it, with its lease (the scope's only writer: its lease
+ * is the claim, no claim key per id); without: claims by a key per id, as a scope with several
+ * writers (or a caller without a lease) has them.
+ */
+async function currentGuard(url: string, scope: string, lease: boolean, idTtlMs = ID_TTL_MS): Promise<BenchGuard> {
   const g = new RedisGuard(
     { kind: "redis", url },
     { idTtlMs, claimTtlMs: CLAIM_TTL_MS, strict: false },
-    { logger: pino({ level: "silent" }), scope, linkName: "bench", ...(bucketsPerTtl ? { bucketsPerTtl } : {}) },
+    { logger: pino({ level: "silent" }), scope, linkName: "bench" },
   );
   await g.start();
+  const opts = lease ? { leaseRevision: 1 } : {};
   return {
-    claim: async (items) => (await g.claim(items)).map((r) => r.token),
-    commit: (items) => g.commit(items),
+    claim: async (items) => (await g.claim(items, undefined, opts)).map((r) => r.token),
+    commit: (items) => g.commit(items, opts),
     stop: () => g.stop(),
   };
 }
@@ -185,7 +191,7 @@ async function measure(
 }
 
 interface SteadyResult {
-  bucketsPerTtl: number;
+  name: string;
   liveBuckets: number;
   idsPerSec: number;
   redisCpuPer100k: number;
@@ -193,12 +199,13 @@ interface SteadyResult {
 }
 
 /** The current layout at a steady rate: buckets opening and expiring (see the header). */
-async function steady(url: string, admin: Redis, redisPid: number | undefined, bucketsPerTtl: number): Promise<SteadyResult> {
+async function steady(url: string, admin: Redis, redisPid: number | undefined, lease: boolean): Promise<SteadyResult> {
   await admin.flushall();
-  const scope = `bench:steady:${bucketsPerTtl}`;
-  const guard = await currentGuard(url, scope, STEADY_ID_TTL_MS, bucketsPerTtl);
+  const name = lease ? "lease" : "keyed";
+  const scope = `bench:steady:${name}`;
+  const guard = await currentGuard(url, scope, lease, STEADY_ID_TTL_MS);
   let n = 0;
-  const item = () => ({ id: `steady-${bucketsPerTtl}-${n++}` });
+  const item = () => ({ id: `steady-${name}-${n++}` });
   const half = (STEADY_SECONDS * 1_000) / 2;
   await drive(guard, Infinity, item, performance.now() + half);
   const cpu0 = cpuSeconds(redisPid);
@@ -212,7 +219,7 @@ async function steady(url: string, admin: Redis, redisPid: number | undefined, b
   await guard.stop();
   await admin.flushall();
   return {
-    bucketsPerTtl,
+    name,
     liveBuckets: directory.filter((k) => k.startsWith("b")).length,
     idsPerSec: count / seconds,
     redisCpuPer100k: (cpu * 100_000) / count,
@@ -230,7 +237,8 @@ async function main(): Promise<void> {
       `guard bench: ${COUNT} ids and ${COUNT} entities per layout, batches of ${BATCH}, ${IN_FLIGHT} in flight, redis-server ${version} (default settings)\n`,
     );
     const previous = await measure("previous", (scope) => previousGuard(redis.url, scope), admin, redis.pid);
-    const current = await measure("current", (scope) => currentGuard(redis.url, scope), admin, redis.pid);
+    const keyed = await measure("keyed", (scope) => currentGuard(redis.url, scope, false), admin, redis.pid);
+    const current = await measure("lease", (scope) => currentGuard(redis.url, scope, true), admin, redis.pid);
     const row = (r: LayoutResult) =>
       `${r.name.padEnd(10)}${r.bytesPerId.toFixed(1).padStart(10)}${r.bytesPerEntity.toFixed(1).padStart(14)}` +
       `${Math.round(r.idsPerSec).toString().padStart(10)}${Math.round(r.versionedPerSec).toString().padStart(16)}` +
@@ -239,10 +247,14 @@ async function main(): Promise<void> {
       `${"layout".padEnd(10)}${"bytes/id".padStart(10)}${"bytes/entity".padStart(14)}${"ids/s".padStart(10)}${"versioned ids/s".padStart(16)}${"Redis CPU/100k".padStart(18)}${"client CPU/100k".padStart(18)}`,
     );
     console.log(row(previous));
+    console.log(row(keyed));
     console.log(row(current));
     const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}x`;
     console.log(
-      `\ncurrent / previous: bytes/id ${ratio(current.bytesPerId, previous.bytesPerId)}, bytes/entity ${ratio(current.bytesPerEntity, previous.bytesPerEntity)}, ` +
+      `\nlease / keyed: ids/s ${ratio(current.idsPerSec, keyed.idsPerSec)}, Redis CPU per id ${ratio(current.redisCpuPer100k, keyed.redisCpuPer100k)}, client CPU per id ${ratio(current.clientCpuPer100k, keyed.clientCpuPer100k)}`,
+    );
+    console.log(
+      `lease / previous: bytes/id ${ratio(current.bytesPerId, previous.bytesPerId)}, bytes/entity ${ratio(current.bytesPerEntity, previous.bytesPerEntity)}, ` +
         `ids/s ${ratio(current.idsPerSec, previous.idsPerSec)}, versioned ids/s ${ratio(current.versionedPerSec, previous.versionedPerSec)}, ` +
         `Redis CPU per id ${ratio(current.redisCpuPer100k, previous.redisCpuPer100k)}, client CPU per id ${ratio(current.clientCpuPer100k, previous.clientCpuPer100k)}`,
     );
@@ -250,18 +262,20 @@ async function main(): Promise<void> {
       "(ops/s: ids claimed and committed per second, claim + commit as the relay runs them; the bench process shares the machine with Redis)",
     );
     if (STEADY_SECONDS > 0) {
-      const runs = [await steady(redis.url, admin, redis.pid, 4), await steady(redis.url, admin, redis.pid, BUCKETS_PER_TTL)];
-      console.log(`\nsteady rate, current layout (idTtl ${STEADY_ID_TTL_MS / 1000} s, ${STEADY_SECONDS / 2} s measured after ${STEADY_SECONDS / 2} s):`);
-      console.log(`${"buckets/idTtl".padEnd(14)}${"live buckets".padStart(14)}${"ids/s".padStart(10)}${"Redis CPU/100k".padStart(18)}${"client CPU/100k".padStart(18)}`);
+      const runs = [await steady(redis.url, admin, redis.pid, false), await steady(redis.url, admin, redis.pid, true)];
+      console.log(
+        `\nsteady rate, current layout, ${BUCKETS_PER_TTL} buckets per idTtl (idTtl ${STEADY_ID_TTL_MS / 1000} s, ${STEADY_SECONDS / 2} s measured after ${STEADY_SECONDS / 2} s):`,
+      );
+      console.log(`${"claims".padEnd(10)}${"live buckets".padStart(14)}${"ids/s".padStart(10)}${"Redis CPU per id".padStart(18)}${"client CPU per id".padStart(19)}`);
       for (const r of runs) {
         console.log(
-          `${String(r.bucketsPerTtl).padEnd(14)}${String(r.liveBuckets).padStart(14)}${Math.round(r.idsPerSec).toString().padStart(10)}` +
-            `${r.redisCpuPer100k.toFixed(2).padStart(16)} s${r.clientCpuPer100k.toFixed(2).padStart(16)} s`,
+          `${r.name.padEnd(10)}${String(r.liveBuckets).padStart(14)}${Math.round(r.idsPerSec).toString().padStart(10)}` +
+            `${(r.redisCpuPer100k * 10).toFixed(2).padStart(15)} µs${(r.clientCpuPer100k * 10).toFixed(2).padStart(16)} µs`,
         );
       }
       const [base, now] = runs as [SteadyResult, SteadyResult];
       console.log(
-        `${BUCKETS_PER_TTL} / 4 buckets per idTtl: ids/s ${ratio(now.idsPerSec, base.idsPerSec)}, Redis CPU per id ${ratio(now.redisCpuPer100k, base.redisCpuPer100k)}, client CPU per id ${ratio(now.clientCpuPer100k, base.clientCpuPer100k)}`,
+        `lease / keyed: ids/s ${ratio(now.idsPerSec, base.idsPerSec)}, Redis CPU per id ${ratio(now.redisCpuPer100k, base.redisCpuPer100k)}, client CPU per id ${ratio(now.clientCpuPer100k, base.clientCpuPer100k)}`,
       );
     }
     admin.disconnect();

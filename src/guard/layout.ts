@@ -23,7 +23,12 @@ import { createHash, hash } from "node:crypto";
  *                                  tells a new hash (it gets its expiry then); expires as a whole at
  *                                  the bucket's expiry
  *   relay:{T}:id:<id>              "c:<token>" while claimed (TTL claimTtl); deleted by the commit.
- *                                  The previous layout's name: an id it left "d" (done) is honoured
+ *                                  The previous layout's name: an id it left "d" (done) is honoured.
+ *                                  Only keyed claims write it: a link that is its scope's only live
+ *                                  writer claims by its lease alone (lua.ts WRITERS)
+ *   relay:{T}:w                    hash: the scope's writers, field = a link's fence name, value =
+ *                                  "<word>:<server ms>" of its last call (lua.ts WRITERS); no TTL,
+ *                                  entries silent for ten claim TTLs are dropped
  *   relay:{T}:v:<h>                hash: versions, field = 8 bytes of the entity digest, value =
  *                                  the version; no TTL
  *   relay:{T}:epoch:<fence>        the newest lease revision seen for a link, per group, no TTL (a
@@ -133,6 +138,8 @@ export function groupTag(scope: string, group: number): string {
 export class GroupKeys {
   readonly base: string;
   readonly meta: string;
+  /** `relay:{T}:w`: the scope's live writers (lua.ts WRITERS). */
+  readonly writers: string;
   /** `relay:{T}:id:`, as bytes: the claim key is this plus the id. */
   readonly claimPrefix: Buffer;
   /** `relay:{T}:v:`, as bytes: a version hash is this plus its index. */
@@ -146,6 +153,7 @@ export class GroupKeys {
   ) {
     this.base = `relay:${groupTag(scope, group)}:`;
     this.meta = `${this.base}meta`;
+    this.writers = `${this.base}w`;
     this.claimPrefix = Buffer.from(`${this.base}id:`);
     this.versionPrefix = Buffer.from(`${this.base}v:`);
     this.legacyVersionPrefix = Buffer.from(`relay:{${scope}}:ver:`);

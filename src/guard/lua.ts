@@ -60,6 +60,8 @@ export const DECISION_CODES: Readonly<Record<string, GuardDecision>> = {
 
 export const FENCED_REPLY = "F";
 export const DIRECTORY_REPLY = "M";
+/** A lease-mode claim's answer when another writer of the scope is live: claim with keys (WRITERS). */
+export const KEYED_REPLY = "K";
 
 /** Reads a "\n"-terminated packed string field by field: `local next = reader(s)`. */
 const READER = `
@@ -118,9 +120,54 @@ end
 `;
 
 /**
+ * The scope's writers (`relay:{T}:w`, KEYS[3] of claim and commit): per link fence name, what its
+ * last call said and when (Redis server time, ms), "<word>:<ms>". A writer is live for a claim TTL
+ * after its last call. Words: "L" takes claims by its lease alone (no claim key per id) or still
+ * holds ids claimed so; "l" is in that mode but holds none; "K" claims with a key per id.
+ *
+ * A link whose lease is the only live writer of its scope needs no claim key per id: its lease
+ * already makes it the one relay publishing its cursor's messages, and the fence refuses an older
+ * owner. Claim keys only matter between writers of one scope (two cursors, `repair`), and those see
+ * each other here: a lease-mode claim that finds another live writer changes nothing and answers
+ * {'K'} (claim with keys instead), and a keyed claim that finds a live "L" writer takes nothing and
+ * answers in-flight for what it would have relayed, until that writer's lease-mode ids are committed
+ * or released (it then says "l" or "K") or it is silent for a claim TTL, as a claim key would expire.
+ * Writes stay on this node, as claims do (see the top of this file). Entries silent for ten claim
+ * TTLs are dropped.
+ *
+ * Sets: now (server ms), others (another live writer), leased (another live "L" writer).
+ */
+const WRITERS = `
+local now
+do
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local others, leased = false, false
+do
+  local ttl = tonumber(ARGV[7])
+  local all = redis.call('HGETALL', KEYS[3])
+  for k = 1, #all, 2 do
+    if all[k] ~= ARGV[13] then
+      local word, at = string.match(all[k + 1], '^(%a):(%d+)$')
+      at = tonumber(at)
+      if at and at > now - ttl then
+        others = true
+        if word == 'L' then leased = true end
+      elseif not at or at < now - 10 * ttl then
+        redis.set_repl(redis.REPL_NONE)
+        redis.call('HDEL', KEYS[3], all[k])
+        redis.set_repl(redis.REPL_ALL)
+      end
+    end
+  end
+end
+`;
+
+/**
  * Claim the items of one group.
- *   KEYS[1]   the directory `relay:{T}:meta`; KEYS[2] the fence key
- *   KEYS[3 .. 2+n]            claim keys, one per item
+ *   KEYS[1]   the directory `relay:{T}:meta`; KEYS[2] the fence key; KEYS[3] the writers hash
+ *   KEYS[4 .. 3+c]            claim keys, one per item (c = n when keyed, 0 in lease mode)
  *   then n × S                per item, its hash in each of the S live buckets
  *   then, when inline, 2 per entity: its version hash, its previous-layout version key
  *   ARGV[1]   fencing token or ""   ARGV[2]  directory version the keys were built from
@@ -131,8 +178,11 @@ end
  *   ARGV[11]  inline: the entities' fields, 8 bytes each
  *   ARGV[12]  not inline (Redis Cluster: versions live in other slots): per entity "<stored>\n",
  *             read just before; "" when inline
+ *   ARGV[13]  the caller's writer name (its fence)   ARGV[14] "L": lease mode (no claim keys), "K": keyed
+ *   ARGV[15]  keyed: the caller's writer word ("L" while it still holds lease-mode ids, else "K")
  * Reply: {decision codes, one character per item; stored versions compared against, "\n"-separated
- * per item ("" when none), or "" when no item had one}.
+ * per item ("" when none), or "" when no item had one; "1" when no other writer is live, else ""};
+ * or {'K'} (lease mode asked for while another writer is live: nothing changed).
  *
  * Per item, in this order:
  *  1. the same id earlier in this batch          -> in-flight (the first occurrence carries it)
@@ -140,6 +190,8 @@ end
  *  3. version <= max(stored version, versions of earlier items of this entity in this batch)
  *                                                -> stale; takes no claim, and drops our own claim
  *                                                   when a re-sent script finds one (see 5)
+ *  In lease mode that is all: the rest is relay (the lease is the claim; nothing is written per id).
+ *  Keyed, while another writer holds lease-mode ids: the rest is in-flight, nothing claimed.
  *  4. claim key holds another token's claim      -> in-flight (relay, taking the claim, under takeover)
  *  5. claim key absent, or holds OUR claim       -> relay; (re)set the claim with a fresh TTL.
  *     "Our claim" happens when ioredis re-sends this script after a reconnect because the first
@@ -154,9 +206,14 @@ end
  */
 export const CLAIM_LUA = `${READER}${FENCE}
 local n = tonumber(ARGV[4])
-if n == 0 then return {'', ''} end
+if n == 0 then return {'', '', ''} end
 if (redis.call('HGET', KEYS[1], 'v') or '0') ~= ARGV[2] then return {'M'} end
+${WRITERS}
+local lease = ARGV[14] == 'L'
+if lease and others then return {'K'} end
 redis.set_repl(redis.REPL_NONE) -- claims stay on this node (see the top of lua.ts)
+redis.call('HSET', KEYS[3], ARGV[13], (lease and 'L' or ARGV[15]) .. ':' .. string.format('%d', now))
+local blocked = not lease and leased
 local claim = ARGV[3]
 local S = tonumber(ARGV[5])
 local m = tonumber(ARGV[6])
@@ -167,8 +224,9 @@ local digests = ARGV[9]
 local items = ARGV[10]
 local efields = ARGV[11]
 local inline = ARGV[12] == ''
-local bBase = 2 + n
-local eBase = 2 + n + n * S
+local c = lease and 0 or n
+local bBase = 3 + c
+local eBase = 3 + c + n * S
 local floor = {}
 if not inline then
   local nextFloor = reader(ARGV[12])
@@ -204,7 +262,7 @@ for i = 1, n do
     j = tonumber(nextItem())
     vRaw = nextItem()
   end
-  local claimKey = KEYS[2 + i]
+  local claimKey = KEYS[3 + i]
   local decision
   local st = ''
   if seen[d] then
@@ -219,7 +277,22 @@ for i = 1, n do
         break
       end
     end
-    if decision == nil then
+    if decision == nil and (lease or blocked) then
+      local v = nil
+      if j > 0 then
+        v = tonumber(vRaw)
+        local b = stored(j)
+        if b then
+          st = b[2]
+          anyAgainst = true
+        end
+        if b and (v < b[1] or (v == b[1] and not repair)) then decision = 's' end
+      end
+      if decision == nil then
+        decision = lease and 'r' or 'i'
+        if v then best[j] = {v, vRaw} end
+      end
+    elseif decision == nil then
       if j == 0 and redis.call('SET', claimKey, claim, 'PX', ttl, 'NX') then
         decision = 'r' -- the common case: the buckets and one SET NX
       else
@@ -257,13 +330,14 @@ for i = 1, n do
   codes[i] = decision
   against[i] = st
 end
-return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
+return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or '', others and '' or '1'}
 `;
 
 /**
  * Commit the published items of one group, and advance the versions of the entities that live in it.
- *   KEYS[1]   the directory; KEYS[2] the fence key
- *   KEYS[3 .. 2+n]            claim keys; then n keys: per item, its hash in the current bucket
+ *   KEYS[1]   the directory; KEYS[2] the fence key; KEYS[3] the writers hash
+ *   KEYS[4 .. 3+c]            claim keys of the c keyed items (they come first; the other n - c were
+ *                             claimed by the lease); then n keys: per item, its hash in the current bucket
  *   then per entity record: its version hash (flag "h"), its previous-layout version key (flag "l")
  *   ARGV[1]   fencing token or ""   ARGV[2]  directory version     ARGV[3]  n     ARGV[4]  m (records)
  *   ARGV[5]   digests, 16 bytes per item
@@ -274,8 +348,10 @@ return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or ''}
  *   ARGV[9]   a new bucket's span (ms)   ARGV[10] idTtl (ms)   ARGV[15] a first bucket's fan-out
  *   ARGV[11]  per entity record "<flags>\n<highest version of the batch>\n"
  *   ARGV[12]  the records' fields with flag "h", 8 bytes each
- * Ids: the claim key is deleted (GETDEL) and the digest added to the current bucket's hash, whoever
- * holds the claim now: the message WAS published, so later copies are duplicates even if our claim
+ *   ARGV[16]  c     ARGV[17] the caller's writer name   ARGV[18] its writer word after this commit,
+ *             or "" (a caller that never claimed by its lease: its entry is left as it is)
+ * Ids: a keyed item's claim key is deleted (GETDEL), and every item's digest is added to the current
+ * bucket's hash, whoever holds the claim now: the message WAS published, so later copies are duplicates even if our claim
  * expired meanwhile. A hash created here gets the bucket's expiry (HSET answers 2: the digest and
  * the marker field "" were both new). A bucket whose span has ended (Redis server time) is not
  * written: a new one is opened and the reply is {'M'}. One that reached BUCKET_FILL ids per hash on
@@ -335,6 +411,7 @@ if n > 0 then
     return {'M'}
   end
   local digests = ARGV[5]
+  local c = tonumber(ARGV[16])
   local claims = {}
   for c in string.gmatch(ARGV[6], '([^\\n]*)\\n') do claims[#claims + 1] = c end
   local claimOf = ARGV[13]
@@ -344,36 +421,42 @@ if n > 0 then
   -- The claims end here, unreplicated as they were taken (see the top of lua.ts).
   local prevs = {}
   redis.set_repl(redis.REPL_NONE)
-  for i = 1, n do prevs[i] = redis.call('GETDEL', KEYS[2 + i]) end
+  for i = 1, c do prevs[i] = redis.call('GETDEL', KEYS[3 + i]) end
   redis.set_repl(redis.REPL_ALL)
   for i = 1, n do
     local d = string.sub(digests, 16 * i - 15, 16 * i)
-    local claim
-    if width == 1 then
-      claim = claims[string.byte(claimOf, i)]
-    else
-      local hi, lo = string.byte(claimOf, 2 * i - 1, 2 * i)
-      claim = claims[hi * 256 + lo]
-    end
-    local prev = prevs[i]
-    local hashKey = KEYS[2 + n + i]
+    local hashKey = KEYS[3 + c + i]
     local a = redis.call('HSET', hashKey, d, '1', '', '')
     if a == 2 then
       redis.call('PEXPIREAT', hashKey, expires)
     end
     if a > 0 then
       added = added + 1
-      if prev ~= claim then lost = lost + 1 end
+      if i <= c then
+        local claim
+        if width == 1 then
+          claim = claims[string.byte(claimOf, i)]
+        else
+          local hi, lo = string.byte(claimOf, 2 * i - 1, 2 * i)
+          claim = claims[hi * 256 + lo]
+        end
+        if prevs[i] ~= claim then lost = lost + 1 end
+      end
     end
   end
   local count = redis.call('HINCRBY', meta, 'n', added)
   if count >= F * ${BUCKET_FILL} then open(now, F, count, true) end
 end
+if ARGV[18] ~= '' then
+  redis.set_repl(redis.REPL_NONE) -- as the claims' (see WRITERS)
+  redis.call('HSET', KEYS[3], ARGV[17], ARGV[18] .. ':' .. string.format('%d', serverNow()))
+  redis.set_repl(redis.REPL_ALL)
+end
 local written = 0
 if m > 0 then
   local nextRecord = reader(ARGV[11])
   local fields = ARGV[12]
-  local k = 2 + 2 * n
+  local k = 3 + tonumber(ARGV[16]) + n
   local f = 1
   for j = 1, m do
     local flags = nextRecord()

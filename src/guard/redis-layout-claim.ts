@@ -1,6 +1,7 @@
 import { ErrorCodes, RelayError } from "../errors.js";
 import { entityField, hashIndex, parseDirectory } from "./layout.js";
-import { CLAIM_LUA, DECISION_CODES, VERSIONS_LUA, claimValue } from "./lua.js";
+import { CLAIM_LUA, DECISION_CODES, KEYED_REPLY, VERSIONS_LUA, claimValue } from "./lua.js";
+import { leaseClaimToken } from "./lease-claims.js";
 import { fenceArg, leaseToken } from "./fence.js";
 import { distinctEntities, push } from "./redis-layout-batch.js";
 import type { Entity, Item } from "./redis-layout-batch.js";
@@ -30,7 +31,10 @@ export async function claimGroup(
   const keys = st.keys;
   const inline = floors === undefined;
   const entities = distinctEntities(items);
+  // A claim by lease needs the caller's lease, and is never a repair (lua.ts WRITERS).
+  const leasable = leaseToken(opts) !== undefined && !opts.repair;
   for (let attempt = 1; ; attempt++) {
+    const lease = leasable && st.leaseMode;
     const dir =
       items.length === 0
         ? (st.dir ?? parseDirectory({}, 0))
@@ -42,8 +46,8 @@ export async function claimGroup(
     for (const prefix of prefixes) size += items.length * (prefix.length + 16);
     const args = new ScriptArgs(size, ctx.sender.frames);
     args.sampleKey = keys.meta;
-    args.key(keys.meta).key(keys.fence(ctx.o.fence));
-    for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
+    args.key(keys.meta).key(keys.fence(ctx.o.fence)).key(keys.writers);
+    if (!lease) for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
     for (const p of items) {
       for (let b = 0; b < buckets.length; b++)
         args.keyWithIndex(prefixes[b]!, hashIndex(p.digest, buckets[b]!.fanout));
@@ -71,23 +75,46 @@ export async function claimGroup(
           : "",
       )
       .binaryArg(inline ? [...entities.keys()].map((e) => entityField(e.digest)).join("") : "")
-      .arg(inline ? "" : [...entities.keys()].map((e) => `${floors.get(e.name) ?? ""}\n`).join(""));
-    const reply = await ctx.sender.send("claim", CLAIM, args, false);
-    checkFence(ctx.o.linkName, "claim", reply, leaseToken(opts));
-    if (ctx.directoryChanged(st, reply, attempt)) continue;
-    accepted(st, leaseToken(opts));
-    const [codes, against] = reply as [string, string];
-    const stored = against === "" ? undefined : against.split("\n");
-    return items.map((_, i) => {
-      const decision = DECISION_CODES[codes[i] ?? ""];
-      if (!decision)
-        throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
-      const result: { decision: typeof decision; token?: string; storedVersion?: number } = { decision };
-      if (decision === "relay") result.token = token;
-      const version = stored?.[i];
-      if (version) result.storedVersion = Number(version);
-      return result;
-    });
+      .arg(inline ? "" : [...entities.keys()].map((e) => `${floors.get(e.name) ?? ""}\n`).join(""))
+      .arg(ctx.o.fence)
+      .arg(lease ? "L" : "K")
+      .arg(ctx.leaseClaims.keyedClaimWord());
+    // Ids this call relays by the lease count as held from when it is sent (lease-claims.ts).
+    const settle = lease ? ctx.leaseClaims.sent() : undefined;
+    let relayed = 0;
+    try {
+      const reply = await ctx.sender.send("claim", CLAIM, args, false);
+      checkFence(ctx.o.linkName, "claim", reply, leaseToken(opts));
+      if (ctx.directoryChanged(st, reply, attempt)) continue;
+      if (Array.isArray(reply) && reply[0] === KEYED_REPLY) {
+        // Another writer is live in this scope: claim with keys (lua.ts WRITERS).
+        ctx.o.log.info({ key: keys.writers }, "guard scope has another live writer: claiming with a key per id");
+        st.leaseMode = false;
+        continue;
+      }
+      accepted(st, leaseToken(opts));
+      const [codes, against, alone] = reply as [string, string, string];
+      if (leasable && !lease && alone === "1") {
+        ctx.o.log.info({ key: keys.writers }, "guard scope has no other live writer: claiming by the lease");
+        st.leaseMode = true;
+      }
+      const stored = against === "" ? undefined : against.split("\n");
+      const relayToken = lease ? leaseClaimToken(token) : token;
+      const results = items.map((_, i) => {
+        const decision = DECISION_CODES[codes[i] ?? ""];
+        if (!decision)
+          throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
+        const result: { decision: typeof decision; token?: string; storedVersion?: number } = { decision };
+        if (decision === "relay") result.token = relayToken;
+        const version = stored?.[i];
+        if (version) result.storedVersion = Number(version);
+        return result;
+      });
+      for (const r of results) if (r.decision === "relay") relayed++;
+      return results;
+    } finally {
+      settle?.(relayed);
+    }
   }
 }
 

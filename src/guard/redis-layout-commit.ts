@@ -1,5 +1,6 @@
 import { entityField, hashIndex, parseDirectory } from "./layout.js";
 import { COMMIT_LUA, claimValue } from "./lua.js";
+import { isLeaseClaim } from "./lease-claims.js";
 import { fenceArg, leaseToken } from "./fence.js";
 import { push } from "./redis-layout-batch.js";
 import type { Entity, Item } from "./redis-layout-batch.js";
@@ -50,26 +51,30 @@ export function versionRecords(prepared: readonly Item[]): Map<number, VersionRe
 export async function commitGroup(
   ctx: LayoutContext,
   g: number,
-  items: readonly Item[],
+  groupItems: readonly Item[],
   records: readonly VersionRecord[],
   opts: CommitOptions,
+  leaseEnding: number,
 ): Promise<number> {
   const st = ctx.state[g]!;
   const keys = st.keys;
   const hashed = records.filter((r) => r.flags !== "l");
-  const claims = claimTable(items);
+  // Keyed items first: the script deletes the claim keys of the first `keyed` (lua.ts COMMIT).
+  const keyedItems = groupItems.filter((p) => !isLeaseClaim(p.token));
+  const items = keyedItems.length === groupItems.length ? groupItems : [...keyedItems, ...groupItems.filter((p) => isLeaseClaim(p.token))];
+  const claims = claimTable(keyedItems);
   for (let attempt = 1; ; attempt++) {
     const dir =
       items.length > 0 || hashed.length > 0
         ? await ctx.directory(g, hashed.length > 0)
         : (st.dir ?? parseDirectory({}, 0));
     const current = dir.current;
-    let size = 512 + items.length * (keys.claimPrefix.length + 112) + records.length * 160;
-    for (const p of items) size += p.id.length * 3;
+    let size = 512 + items.length * 112 + keyedItems.length * keys.claimPrefix.length + records.length * 160;
+    for (const p of keyedItems) size += p.id.length * 3;
     const args = new ScriptArgs(size, ctx.sender.frames);
     args.sampleKey = keys.meta;
-    args.key(keys.meta).key(keys.fence(ctx.o.fence));
-    for (const p of items) args.keyWithText(keys.claimPrefix, p.id);
+    args.key(keys.meta).key(keys.fence(ctx.o.fence)).key(keys.writers);
+    for (const p of keyedItems) args.keyWithText(keys.claimPrefix, p.id);
     // Without a current bucket the script opens one and answers "M" before it reads these.
     for (const p of items) {
       if (current) args.keyWithIndex(st.bucketPrefix(current), hashIndex(p.digest, current.fanout));
@@ -95,7 +100,10 @@ export async function commitGroup(
       .binaryArg(hashed.map((r) => entityField(r.entity.digest)).join(""))
       .binaryArg(claims.index)
       .arg(claims.width)
-      .arg(ctx.minFanout);
+      .arg(ctx.minFanout)
+      .arg(keyedItems.length)
+      .arg(ctx.o.fence)
+      .arg(ctx.leaseClaims.commitWord(st.leaseMode, leaseEnding));
     const writes = items.length > 0 || records.length > 0;
     const reply = await ctx.sender.send("commit", COMMIT, args, writes && ctx.o.waitReplicas > 0);
     checkFence(ctx.o.linkName, "commit", reply, leaseToken(opts));

@@ -5,6 +5,7 @@ import { DIRECTORY_REPLY } from "./lua.js";
 import { ScriptSender } from "./redis-script-sender.js";
 import type { ScriptSenderOptions } from "./redis-script-sender.js";
 import type { LeaseToken } from "./fence.js";
+import { LeaseClaims } from "./lease-claims.js";
 
 /**
  * What the layout client's operations (claim, commit, release) share: its options, the state it
@@ -34,6 +35,11 @@ export class GroupState {
   loading: Promise<Directory> | undefined;
   /** The newest lease token this group accepted from us. */
   token: LeaseToken | undefined;
+  /**
+   * Whether the next claim with a lease token tries lease mode (no claim key per id, lua.ts WRITERS):
+   * until a claim answers that another writer is live, and again once one finds it alone.
+   */
+  leaseMode = true;
   private prefixes = new Map<string, Buffer>();
 
   constructor(readonly keys: GroupKeys) {}
@@ -60,6 +66,8 @@ export class LayoutContext {
   readonly versionFanout: number;
   readonly minFanout: number;
   readonly sender: ScriptSender;
+  /** Ids claimed by the lease, for the writer word of claims and commits (lease-claims.ts). */
+  readonly leaseClaims = new LeaseClaims();
 
   constructor(readonly o: LayoutClientOptions) {
     this.state = Array.from({ length: o.groups }, (_, g) => new GroupState(new GroupKeys(o.scope, g)));

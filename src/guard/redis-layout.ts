@@ -1,4 +1,5 @@
 import { leaseToken } from "./fence.js";
+import { isLeaseClaim } from "./lease-claims.js";
 import { RELEASE_LUA, claimValue } from "./lua.js";
 import { failures, prepare, split } from "./redis-layout-batch.js";
 import { claimGroup, readVersions } from "./redis-layout-claim.js";
@@ -51,10 +52,13 @@ export class LayoutClient {
       // Groups that did not know the newer lease revision yet took claims: give them back (best effort).
       const taken = settled.flatMap((s, k) =>
         s.status === "fulfilled"
-          ? (byGroup.get(groups[k]!) ?? []).filter((_, i) => s.value[i]?.decision === "relay")
+          ? (byGroup.get(groups[k]!) ?? []).flatMap((p, i) => {
+              const r = s.value[i];
+              return r?.decision === "relay" && r.token !== undefined ? [{ id: p.id, token: r.token }] : [];
+            })
           : [],
       );
-      await this.release(taken.map((p) => ({ id: p.id, token }))).catch(() => undefined);
+      await this.release(taken).catch(() => undefined);
       throw fenced;
     }
     if (failed !== undefined) throw failed;
@@ -75,19 +79,25 @@ export class LayoutClient {
     const byGroup = split(prepared);
     const records = versionRecords(prepared);
     const groups = groupsToCall(this.ctx.state, [...byGroup.keys(), ...records.keys()], leaseToken(opts));
+    let leased = 0;
+    for (const p of items) if (isLeaseClaim(p.token)) leased++;
     const settled = await Promise.allSettled(
-      groups.map((g) => commitGroup(this.ctx, g, byGroup.get(g) ?? [], records.get(g) ?? [], opts)),
+      groups.map((g) => commitGroup(this.ctx, g, byGroup.get(g) ?? [], records.get(g) ?? [], opts, leased)),
     );
     const { fenced, failed } = failures(settled);
     if (fenced !== undefined) throw fenced;
     if (failed !== undefined) throw failed;
+    this.ctx.leaseClaims.ended(leased);
     return settled.reduce((sum, s) => sum + (s.status === "fulfilled" ? s.value : 0), 0);
   }
 
   // ---- release ----------------------------------------------------------------------------------
 
   async release(items: readonly ClaimedItem[]): Promise<void> {
-    const byGroup = split(prepare(items, false, this.o.groups));
+    // An id claimed by the lease holds no key: releasing it is forgetting it (lease-claims.ts).
+    const keyed = items.filter((p) => !isLeaseClaim(p.token));
+    this.ctx.leaseClaims.ended(items.length - keyed.length);
+    const byGroup = split(prepare(keyed, false, this.o.groups));
     await Promise.all(
       [...byGroup].map(([g, group]) => {
         const keys = this.ctx.state[g]!.keys;

@@ -132,7 +132,9 @@ test("claims stay on the primary: the replica and the AOF get the commits and th
   t.after(() => g.stop());
   await g.start();
   const keys = new GroupKeys(scope, 0);
-  const [claimed, released] = await g.claim([{ id: "k1" }, { id: "k2" }], undefined, { leaseRevision: 7 });
+  // Claimed with keys (a caller without a lease; a link with one claims by it while it is its scope's
+  // only writer, guard-writers.test.ts), committed under a lease.
+  const [claimed, released] = await g.claim([{ id: "k1" }, { id: "k2" }]);
   assert.equal(claimed?.decision, "relay");
   assert.equal(await admin.get(keys.claim("k1")), `c:${claimed!.token}`, "the primary holds the claim");
   await g.release([{ id: "k2", token: released!.token! }]);
