@@ -249,6 +249,13 @@ local function stored(j)
   best[j] = b
   return b
 end
+-- An item's version against its entity's stored one (and the batch's so far): v, stale, stored raw.
+local function versus(j, vRaw)
+  local v = tonumber(vRaw)
+  local b = stored(j)
+  if not b then return v, false, nil end
+  return v, v < b[1] or (v == b[1] and not repair), b[2]
+end
 local nextItem = items ~= '' and reader(items)
 local codes = {}
 local against = {}
@@ -278,16 +285,13 @@ for i = 1, n do
       end
     end
     if decision == nil and (lease or blocked) then
-      local v = nil
-      if j > 0 then
-        v = tonumber(vRaw)
-        local b = stored(j)
-        if b then
-          st = b[2]
-          anyAgainst = true
-        end
-        if b and (v < b[1] or (v == b[1] and not repair)) then decision = 's' end
+      local v, stale, raw
+      if j > 0 then v, stale, raw = versus(j, vRaw) end
+      if raw then
+        st = raw
+        anyAgainst = true
       end
+      if stale then decision = 's' end
       if decision == nil then
         decision = lease and 'r' or 'i'
         if v then best[j] = {v, vRaw} end
@@ -301,18 +305,15 @@ for i = 1, n do
         if cur == 'd' then
           decision = 'd'
         else
-          local v = nil
-          if j > 0 then
-            v = tonumber(vRaw)
-            local b = stored(j)
-            if b then
-              st = b[2]
-              anyAgainst = true
-            end
-            if b and (v < b[1] or (v == b[1] and not repair)) then
-              decision = 's'
-              if cur == claim then redis.call('DEL', claimKey) end
-            end
+          local v, stale, raw
+          if j > 0 then v, stale, raw = versus(j, vRaw) end
+          if raw then
+            st = raw
+            anyAgainst = true
+          end
+          if stale then
+            decision = 's'
+            if cur == claim then redis.call('DEL', claimKey) end
           end
           if decision == nil then
             if cur and cur ~= claim and not takeover then
