@@ -139,7 +139,9 @@ export class ConsumeLoop {
       }
       try {
         this.manager ??= await jetstreamManager(source, domain ? { domain, checkAPI: false } : { checkAPI: false });
+        const readFrom = performance.now();
         await this.deps.sourceStream.read(this.manager);
+        const readMs = performance.now() - readFrom;
         if (!guard.verified) {
           // Not a message moves before the guard's memory is known to be there (or a loss accepted).
           await guard.verify("start");
@@ -158,9 +160,12 @@ export class ConsumeLoop {
         // to the ack floor instead, so they go first (ordered recovery).
         if (pipeline.size > 0 && !(await ownership.drainWhileOwned())) continue;
         // The last cumulative ack is at the server before the consumer's ack-pending count is read.
+        const flushedFrom = performance.now();
         await withDeadline(source.flush(), config.publishTimeoutMs, "source flush", signal);
-        // The cursor carries the window as its MaxAckPending (nothing is held now: no byte bound).
-        window.placed(this.deps.sourceStream.sizes());
+        // The cursor carries the window as its MaxAckPending (nothing is held now: no byte bound). The
+        // flush (a PING and its PONG) and the stream read each took at least a round trip: the shorter
+        // tells a link across a WAN where to start (two, so one stall of this process is not a WAN).
+        window.placed(this.deps.sourceStream.sizes(), Math.min(readMs, performance.now() - flushedFrom));
         const position = await positionCursor(
           { link: this.deps.cursorConfig(), jsm: this.manager, dest: this.deps.dest, logger: this.deps.logger, signal, start: this.start, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
           this.deps.sourceStream.ref(),

@@ -13,14 +13,20 @@ import type { WindowLimit } from "./window-controller.js";
 const RTT_EVERY_MS = 5_000;
 const RTT_WAIT_MS = 2_000;
 
+/** A round trip (ms) at or above which the source is across a WAN (`check --live` warns from here too). */
+export const WAN_RTT_MS = 10;
+
 /**
  * Where a link's window starts. A guarded link waits for its guard (limit "relay"), so it would not
- * grow: it starts at its cap, where the fixed window used to be. Others start at half the cap (at least
- * two batches): the window grows once per poll, and a backlog across a WAN should not spend its first
- * seconds on the ramp; the memory is bounded by inFlightBytes whatever the window.
+ * grow: it starts at its cap, where the fixed window used to be. So does a link whose source is across
+ * a WAN (`rttMs`, the round trip measured as the cursor is placed, ≥ WAN_RTT_MS): slow start costs a
+ * round trip per doubling there, and a backlog across 200 ms spent its first second on it. Others start
+ * at half the cap (at least two batches) and grow once per poll. The memory is bounded by inFlightBytes
+ * whatever the window.
  */
-export function initialWindow(link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">): number {
-  return link.guard ? link.inFlight : Math.max(2 * link.batchSize, Math.floor(link.inFlight / 2));
+export function initialWindow(link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">, rttMs?: number): number {
+  if (link.guard || (rttMs !== undefined && rttMs >= WAN_RTT_MS)) return link.inFlight;
+  return Math.max(2 * link.batchSize, Math.floor(link.inFlight / 2));
 }
 
 /** The window as `/status` shows it. */
@@ -149,14 +155,20 @@ export class LinkWindow {
    * The cursor is about to be placed with `maxAckPending` (a new or read durable carries it). Until the
    * link has measured its own messages, the window's bytes cap comes from what the source says of its
    * sizes: the stream's average message, else the largest it allows (so a window of large messages
-   * does not start beyond inFlightBytes).
+   * does not start beyond inFlightBytes). `rttMs`: a round trip to the source timed just before (a
+   * flush), which tells a link across a WAN to start at its cap (initialWindow) and stands in until
+   * the next PING measures it.
    */
-  placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}): void {
+  placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}, rttMs?: number): void {
     this.held = false;
     this.round = { delivered: 0, minHeld: Infinity, first: true };
+    if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0) this.rttMs ??= rttMs;
     if (this.delivered === 0) this.controller = this.newController(sizes);
     this.applied = this.controller.window;
     this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, this.applied);
+    // `/status` shows the limit and the round trip from here on: so do the metrics.
+    this.exportLimit(this.controller.limit);
+    this.exportRtt();
   }
 
   private newController(sizes: { avgMessageBytes?: number; maxMessageBytes?: number }): WindowController {
@@ -165,7 +177,7 @@ export class LinkWindow {
       capMessages: config.inFlight,
       capBytes: config.inFlightBytes,
       batchSize: config.batchSize,
-      initial: initialWindow(config),
+      initial: initialWindow(config, this.rttMs),
       ...(this.deps.rate.maxRate !== undefined ? { maxRate: this.deps.rate.maxRate } : {}),
       ...(sizes.avgMessageBytes !== undefined && sizes.avgMessageBytes > 0 ? { avgMessageBytes: sizes.avgMessageBytes } : {}),
       ...(sizes.maxMessageBytes !== undefined && sizes.maxMessageBytes > 0 ? { maxMessageBytes: sizes.maxMessageBytes } : {}),
@@ -211,17 +223,20 @@ export class LinkWindow {
     this.ratePerSec = decision.ratePerSec;
     this.neededForRtt = decision.neededForRtt;
     this.cap = decision.cap;
-    const labels = { link: this.deps.config.name };
     // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
     this.exportLimit(decision.limit);
-    if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs) this.deps.metrics.sourceRtt.set(labels, this.rttMs / 1000);
-    this.exported.rttMs = this.rttMs;
+    this.exportRtt();
     if (!decision.changed || this.held) return;
     this.set(
       decision.window,
       { limit: decision.limit, ratePerSec: Math.round(decision.ratePerSec), rttMs: this.rttMs, neededForRtt: decision.neededForRtt, cap: decision.cap },
       "pull window resized",
     );
+  }
+
+  private exportRtt(): void {
+    if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs) this.deps.metrics.sourceRtt.set({ link: this.deps.config.name }, this.rttMs / 1000);
+    this.exported.rttMs = this.rttMs;
   }
 
   private exportLimit(limit: WindowLimit): void {

@@ -6,7 +6,7 @@ import type { LinkConfig, MaxRate } from "../config/types.js";
 import type { StreamFact, StreamFacts } from "../nats/stream-facts.js";
 import { windowPerSecond } from "../nats/pull-window.js";
 import { REFERENCE_RATE_PER_SEC, rateCapWindow, startingWindow } from "../link/window-controller.js";
-import { initialWindow } from "../link/link-window.js";
+import { initialWindow, WAN_RTT_MS } from "../link/link-window.js";
 import { skipped, where } from "./check-helpers.js";
 import type { CheckResult, RegionFact } from "./facts.js";
 
@@ -24,9 +24,6 @@ export function checkRegion(role: "source" | "destination", region: string, fact
 
 // ---------------------------------------------------------------------------------------------
 // Pull window
-
-/** A round trip at least this long is a WAN, where the pull window bounds what a link can move. */
-const WAN_RTT_MS = 10;
 
 const MIB = 1024 * 1024;
 /** The most `inFlightBytes` takes (the config's bound). */
@@ -55,7 +52,7 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
     capMessages: link.inFlight,
     capBytes: link.inFlightBytes,
     batchSize: link.batchSize,
-    initial: initialWindow(link),
+    initial: initialWindow(link, rtt),
     ...(rtt !== undefined ? { rttMs: rtt } : {}),
     ...(avg !== undefined ? { avgMessageBytes: avg } : {}),
   });

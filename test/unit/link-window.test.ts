@@ -15,13 +15,13 @@ links:
 `;
 
 /** A link's window with its defaults (start 4096, cap 8192), no consumer to update (jsm undefined). */
-function windowOf() {
+function windowOf(placedRttMs?: number) {
   const config = parseConfigText(CONFIG, "test.yaml", {}).links[0]!;
   const registry = new Registry();
   const metrics = createMetrics(registry, { defaultMetrics: false });
   const rate = { maxRate: undefined, size: 0, bytes: 0, heldSince: () => false, heldWithin: () => false, set: () => undefined, cappedSeconds: 0 };
   const window = new LinkWindow({ config, source: {} as NatsConnection, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
-  window.placed();
+  window.placed({}, placedRttMs);
   const gauge = async (name: string, labels: Record<string, string>) =>
     (await registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value;
   /** `n` deliveries, the relay holding `held` at each, `pending` more at the source. */
@@ -43,6 +43,16 @@ test("link window: slow start doubles after a round trip's deliveries found the 
   assert.equal(w.window.status().limit, "messages cap");
   assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), 8192);
   assert.equal(await w.gauge("relay_window_limit", { link: "a-to-b", limit: "messages cap" }), 1);
+});
+
+test("link window: a cursor placed across a WAN (a round trip of 10 ms or more before it) starts at the cap, on a shorter one at half of it", async () => {
+  for (const [rtt, start] of [[undefined, 4096], [0.3, 4096], [9.9, 4096], [10, 8192], [200, 8192]] as const) {
+    const w = windowOf(rtt);
+    assert.equal(w.window.maxAckPending, start, `placed after a ${rtt} ms round trip`);
+    assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), start);
+  }
+  const wan = windowOf(200);
+  assert.equal(wan.window.status().rttMs, 200, "the placement's round trip stands in until a PING measures one");
 });
 
 test("link window: no slow start while the relay holds most of the window, nor when less than a window waits at the source", () => {
