@@ -4,6 +4,7 @@ import type { LinkConfig, RegionConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
 import type { LinkLease } from "../group/lease.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
+import type { RoundTrips } from "../nats/round-trips.js";
 import type { WriteGates } from "../nats/write-gate.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 
@@ -28,6 +29,8 @@ export interface LinkDeps {
   readonly ticks: TickGrid;
   /** The relay's clock (ms since the epoch; default Date.now). Backlog ages are measured on the source's. */
   readonly clock?: () => number;
+  /** The round trip of each connection, measured once for all the links on it (default: one meter per link). */
+  readonly roundTrips?: RoundTrips;
   /** Ownership checked again when bytes leave (write-gate.ts); absent: only when they are issued. */
   readonly writeGates?: WriteGates;
   /** A catching-up or resyncing link logs its progress this often (ms; 0: never; default 10 s). */

@@ -1,17 +1,16 @@
 import type { JetStreamManager } from "@nats-io/jetstream";
-import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig, MaxRate } from "../config/types.js";
 import { toRelayError } from "../errors.js";
-import { withDeadline } from "../lifecycle/deadline.js";
+import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
 import { WINDOW_LIMITS, WindowController } from "./window-controller.js";
 import type { WindowLimit } from "./window-controller.js";
 
-/** How often the round trip to the source is measured (one PING), and how long a measurement may take. */
+/** How often the round trip to the source is measured (one PING per connection), and how long a measurement may take. */
 const RTT_EVERY_MS = 5_000;
-const RTT_WAIT_MS = 2_000;
+export const RTT_WAIT_MS = 2_000;
 
 /** A round trip (ms) at or above which the source is across a WAN (`check --live` warns from here too). */
 export const WAN_RTT_MS = 10;
@@ -48,7 +47,8 @@ export interface WindowStatus {
 
 export interface LinkWindowDeps {
   readonly config: LinkConfig;
-  readonly source: NatsConnection;
+  /** The round trip of the connection to the source, shared by the links on it (round-trips.ts). */
+  readonly roundTrip: Pick<RoundTripMeter, "latest">;
   readonly jsm: () => JetStreamManager | undefined;
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
@@ -262,7 +262,7 @@ export class LinkWindow {
     const now = performance.now();
     if (now - this.rttAt < RTT_EVERY_MS) return;
     this.rttAt = now;
-    withDeadline(this.deps.source.rtt(), RTT_WAIT_MS, "source round trip").then(
+    this.deps.roundTrip.latest(RTT_EVERY_MS).then(
       (ms) => (this.rttMs = ms),
       () => undefined, // kept: a lost PING is the connection watchdog's business
     );

@@ -6,6 +6,7 @@ import type { PlacedUnit } from "../group/coordinator.js";
 import type { LinkControlValue } from "../group/link-control.js";
 import { sleep } from "../lifecycle/backoff.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
+import { RoundTripMeter } from "../nats/round-trips.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
@@ -21,7 +22,7 @@ import { linkStatus, ownershipOf } from "./link-status.js";
 import type { LinkStatus } from "./link-status.js";
 import { LinkHealth } from "./link-health.js";
 import { LinkWatch } from "./link-watch.js";
-import { LinkWindow } from "./link-window.js";
+import { LinkWindow, RTT_WAIT_MS } from "./link-window.js";
 import { OperatorPause } from "./operator-pause.js";
 import { Ownership } from "./ownership.js";
 import { Pipeline } from "./pipeline.js";
@@ -230,7 +231,8 @@ export class Link {
       mayAdmit: () => deps.lease.valid() && !this.abort.signal.aborted && this.state.state !== "failed",
       working: (reply) => acks.working(reply),
     });
-    this.window = new LinkWindow({ config, source: deps.source, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate });
+    const roundTrip = deps.roundTrips?.of(deps.source) ?? new RoundTripMeter(deps.source, RTT_WAIT_MS);
+    this.window = new LinkWindow({ config, roundTrip, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate });
     this.stallWatch = new StallWatch({
       stallAfterMs: config.stallAfterMs,
       filtered: config.from.filterSubject !== undefined,

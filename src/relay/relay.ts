@@ -19,6 +19,8 @@ import { Link } from "../link/link.js";
 import { createMetrics } from "../observability/metrics.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import { WriteGates } from "../nats/write-gate.js";
+import { RoundTrips } from "../nats/round-trips.js";
+import { RTT_WAIT_MS } from "../link/link-window.js";
 import { RegionConnections, close } from "./connections.js";
 import { PlacementSlots } from "./placement.js";
 import { forgetLinkSeries } from "./reload.js";
@@ -62,6 +64,8 @@ export class Relay {
   private readonly connections: RegionConnections;
   /** Ownership checked again when a link's bytes leave its connections (one gate per connection). */
   private readonly writeGates: WriteGates;
+  /** One round-trip measurement per connection for all the links on it. */
+  private readonly roundTrips = new RoundTrips(RTT_WAIT_MS);
   private links: Link[] = [];
   /** Links not running yet (a region is still connecting) or that could not start. */
   private readonly waiting = new Map<string, WaitingLink>();
@@ -277,6 +281,7 @@ export class Relay {
         ticks: this.ticks,
         ...(this.deps.clock ? { clock: this.deps.clock } : {}),
         writeGates: this.writeGates,
+        roundTrips: this.roundTrips,
         progressIntervalMs: this.config.log.progressIntervalMs,
         awaitControl: true,
       });

@@ -1,6 +1,5 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { NatsConnection } from "@nats-io/nats-core";
 import pino from "pino";
 import { Registry } from "prom-client";
 import { parseConfigText } from "../../src/config/load.js";
@@ -20,7 +19,7 @@ function windowOf(placedRttMs?: number) {
   const registry = new Registry();
   const metrics = createMetrics(registry, { defaultMetrics: false });
   const rate = { maxRate: undefined, size: 0, bytes: 0, heldSince: () => false, heldWithin: () => false, set: () => undefined, cappedSeconds: 0 };
-  const window = new LinkWindow({ config, source: {} as NatsConnection, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
+  const window = new LinkWindow({ config, roundTrip: { latest: () => Promise.reject(new Error("no server")) }, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
   window.placed({}, placedRttMs);
   const gauge = async (name: string, labels: Record<string, string>) =>
     (await registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value;
