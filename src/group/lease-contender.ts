@@ -57,10 +57,14 @@ export class ContenderView {
     return this.observed;
   }
 
-  /** The bucket was re-created (seen at `now`): no key is taken in it until `holdOffMs()` later. */
-  recreated(now: number): void {
+  /** The bucket was re-created (incarnation `known` → `incarnation`, seen at `now`): no key is taken in it until `holdOffMs()` later. */
+  recreated(now: number, known: number, incarnation: number): void {
     this.recreatedAt = now;
     this.observed = undefined;
+    this.logger.warn(
+      { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.holdOffMs() },
+      "the group bucket was re-created: its revisions start over; no lease is taken in it for the longest lease seen",
+    );
   }
 
   holdOffMs(): number {
@@ -114,7 +118,10 @@ export class ContenderView {
   private storedLeaseMs(value: LeaseValue | undefined): number {
     const ms = value?.leaseMs;
     const stored = typeof ms === "number" && Number.isFinite(ms) && ms > 0 ? ms : this.opts.leaseMs;
-    this.longestLeaseMs = Math.max(this.longestLeaseMs, stored);
+    // In member mode the owner is bounded by its session, whose chain a re-created bucket breaks: its
+    // own group.lease is what a hold-off after that must cover.
+    const member = value?.session !== undefined ? value.memberLeaseMs : undefined;
+    this.longestLeaseMs = Math.max(this.longestLeaseMs, typeof member === "number" && member > 0 ? member : stored);
     return stored;
   }
 }

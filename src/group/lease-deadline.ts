@@ -48,12 +48,12 @@ export class OwnerDeadline {
 
   /**
    * A successful write sent at `sentAt` (local monotonic ms) keeps us valid until sentAt + leaseMs −
-   * margin: the leaseMs every write of ours stores (`encodeLeaseValue`), so never past what contenders
-   * judge by.
+   * margin: the leaseMs that write stored (`encodeLeaseValue`), so never past what contenders judge by.
    */
-  extend(sentAt: number): void {
-    this.deadline = sentAt + this.opts.leaseMs - this.opts.marginMs;
-    this.nextRenewAt = sentAt + this.opts.renewMs;
+  extend(sentAt: number, leaseMs = this.opts.leaseMs): void {
+    this.deadline = sentAt + leaseMs - this.opts.marginMs;
+    // A write in member mode stores a long lease (lease-value.ts `writeLeaseMs`): rewritten at half of it.
+    this.nextRenewAt = sentAt + (leaseMs === this.opts.leaseMs ? this.opts.renewMs : leaseMs / 2);
     this.arm();
   }
 

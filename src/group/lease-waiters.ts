@@ -38,6 +38,25 @@ export class AcquireWaiters {
   }
 }
 
+/** The callbacks of `LinkLease.onLost`: each runs once per involuntary loss; one that throws is logged, the rest still run. */
+export class LostListeners {
+  private readonly callbacks: ((reason: string) => void)[] = [];
+
+  add(cb: (reason: string) => void): void {
+    this.callbacks.push(cb);
+  }
+
+  fire(reason: string, onThrow: (err: unknown) => void): void {
+    for (const cb of this.callbacks) {
+      try {
+        cb(reason);
+      } catch (err) {
+        onThrow(err);
+      }
+    }
+  }
+}
+
 /** What a wait rejects with when the lease stops. */
 export function stoppedError(): Error {
   return new DOMException("lease stopped", "AbortError");

@@ -6,9 +6,10 @@ import { isBucketGone } from "./bucket.js";
 import { LeaseBucket } from "./lease-bucket.js";
 import { ContenderView } from "./lease-contender.js";
 import { OwnerDeadline } from "./lease-deadline.js";
-import { encodeLeaseValue, isCasConflict, readLeaseValue as readValue } from "./lease-value.js";
+import { LeaseMode } from "./lease-mode.js";
+import { afterRefusedRenewal, encodeLeaseValue, isCasConflict, readLeaseValue as readValue, writeLeaseMs } from "./lease-value.js";
 import { KvTrouble } from "./lease-trouble.js";
-import { AcquireWaiters, stoppedError } from "./lease-waiters.js";
+import { AcquireWaiters, LostListeners, stoppedError } from "./lease-waiters.js";
 import { Napper, watchLeaseKey } from "./lease-wakeup.js";
 import { compileLeaseOptions } from "./types.js";
 import type { CompiledLeaseOptions, LeaseOptions, LeaseState } from "./types.js";
@@ -27,6 +28,9 @@ export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
  *   renewMs/2. A contender can only take over that leaseMs after it *received* the last revision, which
  *   is after that send: the two intervals never overlap, whatever the wall clocks say, and whatever
  *   `group.lease` each member runs with.
+ * - Member mode (lease-mode.ts): while this member's session is valid, a write stores it and the owner
+ *   is valid only while that session is too; the session's writes (one per member) renew it, the key is
+ *   rewritten only every half of the long lease it stores; a contender takes it once the session is over.
  * - Incarnation: the bucket's creation time. A bucket deleted and created again restarts its revisions,
  *   so the lease revision is only meaningful with it (the guard's fence compares it first). A member
  *   that sees the bucket re-created under it stops owning at once and takes no key in the new bucket
@@ -65,7 +69,9 @@ export class LinkLease {
   private otherHolder: string | undefined;
   private resumedOwn = false;
   private readonly waiters = new AcquireWaiters();
-  private readonly lostCallbacks: ((reason: string) => void)[] = [];
+  private readonly lostCallbacks = new LostListeners();
+  private readonly mode: LeaseMode;
+  private readonly unsubscribe: () => void;
   /** A renewal attempt failed since the last success: the next success is late. */
   private renewalMissed = false;
   private ownerSince: string | undefined;
@@ -95,16 +101,16 @@ export class LinkLease {
       },
       recreated: (known, incarnation) => this.bucketRecreated(known, incarnation),
     });
+    this.mode = new LeaseMode(this.opts.sessions);
+    // The session ended or lapsed: an owner in member mode stops at its next step (now).
+    this.unsubscribe = this.mode.onChange(() => this.mode.member && this.napper.wake());
   }
 
   get state(): LeaseState {
     return this.current;
   }
 
-  /**
-   * The last acquisition took back a key that still named this member: nobody else owned the lease since
-   * this member lost it (every other write changes the owner), so what it held is still its own.
-   */
+  /** The last acquisition took back a key still naming this member: nobody else owned it since (what it held is still its own). */
   get resumed(): boolean {
     return this.resumedOwn;
   }
@@ -142,30 +148,22 @@ export class LinkLease {
     return this.contender.eligible;
   }
 
-  /**
-   * The lease revision: the KV revision of the write by which this member acquired the lease (renewals
-   * keep it); kept while `owner` and `lost`, else undefined. Older versions called it the epoch.
-   */
+  /** The KV revision of the write that acquired the lease (renewals keep it; once called the epoch); kept while `owner` and `lost`. */
   get leaseRevision(): number | undefined {
     return this.heldRevision;
   }
 
-  /**
-   * The incarnation (creation time, ms) of the bucket the lease revision is a revision of; set with
-   * `leaseRevision`. The guard's fence compares it before the lease revision: a new bucket's revisions
-   * start again at 1.
-   */
+  /** The creation time (ms) of the bucket `leaseRevision` is of: the guard's fence compares it first (a new bucket starts at 1). */
   get incarnation(): number | undefined {
     return this.heldRevision === undefined ? undefined : this.heldIncarnation;
   }
 
   /**
-   * True only while this member owns the lease and its own deadline has not passed. No I/O: call it
-   * before every publish batch, commit and ack. A process resumed after a pause longer than the lease
-   * sees false here before anything else runs.
+   * True only while this member owns the lease, its own deadline has not passed and (member mode) its
+   * session holds. No I/O: call it before every publish batch, commit and ack.
    */
   valid(): boolean {
-    return this.current === "owner" && this.deadline.ahead();
+    return this.current === "owner" && this.deadline.ahead() && this.mode.holds();
   }
 
   /** Starts contending in the background. A no-op while running; throws INTERNAL after `stop()`. */
@@ -191,7 +189,7 @@ export class LinkLease {
 
   /** `cb` runs once per involuntary loss (deadline passed, or the key was taken or deleted); not on release/stop. */
   onLost(cb: (reason: string) => void): void {
-    this.lostCallbacks.push(cb);
+    this.lostCallbacks.add(cb);
   }
 
   /**
@@ -204,10 +202,7 @@ export class LinkLease {
     return this.releasing;
   }
 
-  /**
-   * Stops the loop and, unless `release: false` (leave the key to expire, as a crash would), releases.
-   * Rejects pending `acquired()` calls. Idempotent; `closed()` resolves after.
-   */
+  /** Stops the loop and releases (unless `release: false`: left to expire, as a crash would); rejects `acquired()` calls. Idempotent. */
   stop(opts: { release?: boolean } = {}): Promise<void> {
     this.stopping ??= this.doStop(opts.release ?? true);
     return this.stopping;
@@ -225,6 +220,7 @@ export class LinkLease {
       this.forget();
     }
     this.setState("stopped");
+    this.unsubscribe();
     this.waiters.rejectAll(stoppedError());
     this.resolveClosed();
   }
@@ -317,12 +313,17 @@ export class LinkLease {
     if (seen?.revision !== entry.revision) {
       seen = c.observe(entry.revision, seenAt, value);
       this.logger.debug({ revision: entry.revision, holder, leaseMs: seen.leaseMs }, "lease held by another member");
-      if (holder !== this.opts.owner) c.judgedBy(holder, seen.leaseMs);
+      if (holder !== this.opts.owner && value?.session === undefined) c.judgedBy(holder, seen.leaseMs);
     }
     if (holder === this.opts.owner) {
       // Only this process writes its own id, and it is not owner now: the entry is an ownership it lost.
       if (!c.mayTake(seenAt)) return false;
       return this.tryAcquire(kv, entry.revision, c.why("lease still names this member"), signal, true);
+    }
+    // Member mode: taken once the holder's session is over (session-judge.ts), or as below.
+    if (await this.mode.holderGone(holder, value)) {
+      if (signal.aborted || !c.mayTake(this.now())) return false;
+      return this.tryAcquire(kv, entry.revision, c.why(`the session of ${holder} is over`), signal);
     }
     const unchangedMs = seenAt - seen.at;
     if (unchangedMs < seen.leaseMs || !c.mayTake(seenAt)) return false;
@@ -336,12 +337,15 @@ export class LinkLease {
     const incarnation = await this.bucket.readIncarnation(kv);
     if (this.bucket.noteIncarnation(incarnation) || signal.aborted) return false;
     const sentAt = this.now();
+    // Member mode while this member's session is valid: the session renews the lease from now on.
+    const session = this.mode.next();
+    const value = encodeLeaseValue(this.opts, undefined, session);
     let revision: number;
     try {
       revision =
         lastRevision === 0
-          ? await kv.create(this.opts.key, encodeLeaseValue(this.opts))
-          : await kv.update(this.opts.key, encodeLeaseValue(this.opts), lastRevision, this.opts.requestTimeoutMs);
+          ? await kv.create(this.opts.key, value)
+          : await kv.update(this.opts.key, value, lastRevision, this.opts.requestTimeoutMs);
     } catch (err) {
       if (!isCasConflict(err)) throw err;
       this.logger.debug({ lastRevision }, "lost an acquisition race");
@@ -354,7 +358,8 @@ export class LinkLease {
     if (signal.aborted) return false;
     this.heldRevision = revision;
     this.heldIncarnation = incarnation;
-    this.deadline.extend(sentAt);
+    this.mode.wrote(session);
+    this.deadline.extend(sentAt, writeLeaseMs(this.opts, session));
     this.otherHolder = undefined;
     this.resumedOwn = resumes;
     this.contender.vacantSince = undefined;
@@ -372,14 +377,17 @@ export class LinkLease {
     // On the relay's shared grid (a quarter of a renewal): the links' renewals leave in one write.
     if (wait > 0) await this.napper.nap(wait, signal, this.opts.renewMs / 4);
     if (signal.aborted || this.current !== "owner") return;
+    if (!this.mode.holds()) return this.lose("this member's session ended or lapsed (its member key was not renewed in time, or another member evicted it)");
+    if (this.deadline.renewalDueIn() > 0) return; // woken early, nothing due
     const sentAt = this.now();
     if (sentAt >= this.deadline.at) return this.lose("lease deadline passed before a renewal succeeded");
     const leaseRevision = this.heldRevision;
     // Until this one succeeds, retry soon (several attempts fit before the deadline).
     this.deadline.retrySoon(sentAt);
+    const session = this.mode.next();
     let revision: number;
     try {
-      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, leaseRevision), this.revision, this.opts.requestTimeoutMs);
+      revision = await kv.update(this.opts.key, encodeLeaseValue(this.opts, leaseRevision, session), this.revision, this.opts.requestTimeoutMs);
     } catch (err) {
       if (this.current !== "owner" || this.heldRevision !== leaseRevision) return; // lost meanwhile
       if (isCasConflict(err)) return this.afterConflict(kv, leaseRevision);
@@ -393,7 +401,8 @@ export class LinkLease {
       this.renewalMissed = false;
       this.opts.onTransition?.("renewed-late");
     }
-    this.deadline.extend(sentAt);
+    this.mode.wrote(session);
+    this.deadline.extend(sentAt, writeLeaseMs(this.opts, session));
   }
 
   /**
@@ -409,14 +418,12 @@ export class LinkLease {
       return this.lose(`renewal conflicted and the key is unreadable: ${toRelayError(err).message}`);
     }
     if (this.current !== "owner" || this.heldRevision !== leaseRevision) return;
-    const value = entry?.operation === "PUT" ? readValue(entry) : undefined;
-    if (entry && value?.owner === this.opts.owner && (value.leaseRevision ?? entry.revision) === leaseRevision) {
-      this.logger.info({ revision: entry.revision }, "an earlier renewal landed after its request timed out; renewing from it");
-      this.revision = entry.revision;
-      this.deadline.renewNow();
-      return;
-    }
-    this.lose(!entry || entry.operation !== "PUT" ? "lease key was deleted" : `lease taken by ${value?.owner ?? "?"}`);
+    const landed = afterRefusedRenewal(entry, this.opts.owner, leaseRevision);
+    if (typeof landed === "string") return this.lose(landed);
+    this.logger.info({ revision: landed.revision }, "an earlier renewal landed after its request timed out; renewing from it");
+    this.revision = landed.revision;
+    this.mode.wrote(landed.session);
+    this.deadline.renewNow();
   }
 
   private lose(reason: string): void {
@@ -424,13 +431,7 @@ export class LinkLease {
     this.deadline.clear();
     this.opts.onTransition?.("lost");
     this.setState("lost", reason);
-    for (const cb of this.lostCallbacks) {
-      try {
-        cb(reason);
-      } catch (err) {
-        this.logger.error({ err: toRelayError(err).message }, "onLost callback threw");
-      }
-    }
+    this.lostCallbacks.fire(reason, (err) => this.logger.error({ err: toRelayError(err).message }, "onLost callback threw"));
     this.napper.wake();
   }
 
@@ -446,29 +447,17 @@ export class LinkLease {
     this.waiters.rejectAll(relayErr);
   }
 
-  /**
-   * The bucket's incarnation changed from `known` to `incarnation`: it was deleted and created again,
-   * so its revisions (lease revisions) start over. An owner stops at once; nobody takes a key in it
-   * until the longest lease seen has passed (an owner of the old bucket that has not noticed stops by
-   * its own deadline first).
-   */
+  /** The bucket was deleted and created again (its revisions start over): an owner stops at once (see ContenderView.recreated). */
   private bucketRecreated(known: number, incarnation: number): void {
-    this.contender.recreated(this.now());
-    this.logger.warn(
-      { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.contender.holdOffMs() },
-      "the group bucket was re-created: its revisions start over; no lease is taken in it for the longest lease seen",
-    );
+    this.contender.recreated(this.now(), known, incarnation);
     this.lose("the group bucket was re-created");
   }
 
-  /**
-   * Watches the key for deletes: a contender acquires a released lease at once instead of at its next
-   * poll, and an owner whose key was deleted learns it at once. Best effort: polling stays the fallback.
-   */
+  /** Watches the key: a contender takes a released lease at once, an owner learns of a delete at once (best effort; polls stay). */
   private watch(kv: KV, signal: AbortSignal): void {
     if (this.watcher || signal.aborted || this.opts.nc.isClosed()) return;
     const handle = watchLeaseKey(kv, this.opts.key, this.logger, {
-      onRemoved: () => this.napper.wake(),
+      onRemoved: () => this.checkNow(),
       onPut: (e) => this.sawRenewal(e),
       onEnd: () => {
         if (this.watcher === handle) this.watcher = undefined; // the next loop step starts a new one
@@ -478,16 +467,23 @@ export class LinkLease {
   }
 
   /**
-   * A write of the key seen through the watch, as it happens: a contender's expiry clock for that
-   * revision starts now rather than at its next read, and it wakes when the lease would expire.
-   * Receiving a write is after the owner sent it, so the owner's own deadline still comes first.
+   * A write of the key seen through the watch: a contender's expiry clock for that revision starts now
+   * (receiving it is after its owner sent it, so the owner's own deadline still comes first).
    */
   private sawRenewal(e: KvWatchEntry): void {
-    if (this.current === "owner" || this.contender.observed?.revision === e.revision) return;
     const named = readValue(e)?.owner;
+    // Another member wrote the key an owner holds: its next renewal (a CAS) goes now and finds out.
+    if (this.current === "owner" && named !== this.opts.owner) return this.checkNow();
+    if (this.current === "owner" || this.contender.observed?.revision === e.revision) return;
     if (named === this.opts.owner) return; // our own write (an acquisition the loop is finishing)
     this.contender.observe(e.revision, this.now(), readValue(e));
     if (named !== undefined) this.otherHolder = named;
+  }
+
+  /** The key was deleted or written by another: an owner renews now (its CAS tells), a contender reads now. */
+  private checkNow(): void {
+    if (this.current === "owner") this.deadline.renewNow();
+    this.napper.wake();
   }
 
   private setState(next: LeaseState, reason?: string): void {

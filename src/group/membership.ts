@@ -7,10 +7,13 @@ import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
 import { forgetKey, isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
+import { isCasConflict } from "./lease-value.js";
+import { MEMBER_PREFIX, memberKeyOf } from "./member-session.js";
+import type { MemberSession } from "./member-session.js";
 import type { PlacementMember } from "./placement.js";
+import type { SessionJudge } from "./session-judge.js";
 
-/** Member keys live under this prefix in the group bucket, beside the leases. */
-export const MEMBER_PREFIX = "_group.members";
+export { MEMBER_PREFIX } from "./member-session.js";
 
 export interface MembershipOptions {
   /** Connection to the region's own cluster (where the group bucket is). Not closed here. */
@@ -31,6 +34,12 @@ export interface MembershipOptions {
   readonly now?: () => number;
   /** A member unchanged this long is deleted, and a delete marker this old removed (default 60 s). */
   readonly forgetAfterMs?: number;
+  /**
+   * This member's session (member-session.ts), renewed by its key's writes, and the judge of the other
+   * members' sessions (session-judge.ts), fed by the reads and the watch. Without them the key is
+   * written as before (no session: every lease renews its own key).
+   */
+  readonly sessions?: { readonly own: MemberSession; readonly judge: SessionJudge };
 }
 
 /** A live member as this process sees it. */
@@ -50,6 +59,10 @@ interface MemberValue {
   readonly startedAt: string;
   readonly leaseMs?: number;
   readonly renewMs?: number;
+  /** The session this write renews (absent in its first write: the session is that write's revision). */
+  readonly session?: number;
+  /** The member is stopping: no longer placed on, while its session lasts until its links are released. */
+  readonly leaving?: true;
 }
 
 /** Keys of members unchanged this long are deleted by whoever sees them (a member that crashed). */
@@ -75,6 +88,9 @@ export class GroupMembership {
   /** `id lease/renew` of the members whose settings differ from this one's, as last logged. */
   private mismatchLogged = "";
   private stopWatch: (() => void) | undefined;
+  /** This member's session chain: its name (first revision) and the chain's last revision. */
+  private chain: { readonly session: number; readonly revision: number } | undefined;
+  private leaving = false;
   /** Own key written within the lease: this member can see and be seen. */
   private ownWrittenAt = -Infinity;
   private readonly listeners: ((members: readonly MemberView[], changed: boolean) => void)[] = [];
@@ -91,7 +107,7 @@ export class GroupMembership {
 
   constructor(private readonly opts: MembershipOptions) {
     this.now = opts.now ?? (() => performance.now());
-    this.key = `${MEMBER_PREFIX}.${opts.member.id.replace(/[^-\w]/g, "_")}`;
+    this.key = memberKeyOf(opts.member.id);
     this.logger = opts.logger.child({ bucket: opts.bucket, member: opts.member.id });
   }
 
@@ -127,12 +143,23 @@ export class GroupMembership {
     });
   }
 
+  /**
+   * Leaving begins: the key says so at once (the others place nothing more on this member), and the
+   * session goes on, so the links can drain and release what they hold; `stop()` ends it.
+   */
+  leave(): void {
+    if (this.leaving) return;
+    this.leaving = true;
+    this.wake();
+  }
+
   /** Leaves the group: stops writing and deletes its key, so the others see it leave at once. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       this.abort.abort();
       clearTimeout(this.expiryTimer);
       await this.running;
+      this.opts.sessions?.own.ended();
       if (this.kv) {
         await withDeadline(this.kv.delete(this.key), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
           this.logger.warn({ err: toRelayError(err).message }, "could not delete this member's key: the others see it leave when it expires");
@@ -154,6 +181,7 @@ export class GroupMembership {
     while (!signal.aborted) {
       try {
         this.kv ??= await openGroupBucket({ nc: this.opts.nc, domain: this.opts.domain, bucket: this.opts.bucket, timeoutMs: Math.max(this.opts.renewMs, 500) });
+        this.opts.sessions?.judge.attach(this.kv);
         const sentAt = this.now();
         const value: MemberValue = {
           id: this.opts.member.id,
@@ -161,8 +189,12 @@ export class GroupMembership {
           startedAt: this.startedAt,
           leaseMs: this.opts.leaseMs,
           renewMs: this.opts.renewMs,
+          ...(this.leaving ? { leaving: true as const } : {}),
         };
-        await this.kv.put(this.key, JSON.stringify(value));
+        if (!(await this.writeOwnKey(this.kv, value, sentAt))) {
+          await sleep(Math.min(100, this.opts.renewMs), signal);
+          continue;
+        }
         this.ownWrittenAt = sentAt;
         // A server that is down (or a stream without a leader) answers nothing: bounded here.
         await withDeadline(this.read(this.kv), this.opts.leaseMs, `group bucket ${this.opts.bucket}: reading the members`, signal);
@@ -178,12 +210,56 @@ export class GroupMembership {
         if (isBucketGone(err)) {
           // Deleted (or an R1 bucket lost): open it again (created when missing), and watch the new one.
           this.kv = undefined;
+          this.opts.sessions?.judge.attach(undefined);
           this.stopWatch?.();
+          this.endSession("the group bucket is gone");
         }
         this.update();
         await sleep(backoff.next(), signal);
       }
     }
+  }
+
+  /**
+   * Writes this member's key. With sessions, a CAS on the chain's last revision (a create starts a
+   * chain): refused, the key is read; the chain goes on from a write of ours that landed after its
+   * request timed out, and otherwise it is over (another member evicted this one, or the bucket was
+   * re-created) and the next write starts a new one. Returns whether a write of this call succeeded.
+   */
+  private async writeOwnKey(kv: KV, value: MemberValue, sentAt: number): Promise<boolean> {
+    const sessions = this.opts.sessions;
+    if (!sessions) {
+      await kv.put(this.key, JSON.stringify(value));
+      return true;
+    }
+    const chain = this.chain;
+    try {
+      const revision = chain
+        ? await kv.update(this.key, JSON.stringify({ ...value, session: chain.session }), chain.revision)
+        : await kv.create(this.key, JSON.stringify(value));
+      this.chain = { session: chain?.session ?? revision, revision };
+    } catch (err) {
+      if (!isCasConflict(err)) throw err;
+      const entry = await kv.get(this.key);
+      const own = entry?.operation === "PUT" ? parse(entry.string()) : undefined;
+      const session = own?.id === this.opts.member.id && entry ? (own.session ?? entry.revision) : undefined;
+      if (entry && session !== undefined && (chain === undefined || session === chain.session)) {
+        this.chain = { session, revision: entry.revision }; // ours, landed late: renew from it at once
+      } else {
+        this.endSession(entry ? `another write of this member's key (revision ${entry.revision}): another member evicted it` : "this member's key is gone");
+      }
+      return false;
+    }
+    sessions.own.renewed(this.chain.session, sentAt);
+    return true;
+  }
+
+  /** The session chain is over: leases held under it stop; the next write starts a new one. */
+  private endSession(why: string): void {
+    if (!this.chain) return;
+    this.logger.warn({ session: this.chain.session }, `this member's session ended (${why}): the leases it held in member mode are lost`);
+    this.chain = undefined;
+    this.opts.sessions?.own.ended();
   }
 
   /** Sleeps until the next read is due, or a member joins or leaves (seen through a watch). */
@@ -218,9 +294,10 @@ export class GroupMembership {
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
+          if (e.operation === "PUT") this.opts.sessions?.judge.saw(e.key, e.revision);
           const known = this.seen.get(e.key);
-          if (e.operation !== "PUT" || !known) {
-            this.wake(); // joined or left: read everything now
+          if (e.operation !== "PUT" || !known || (!known.value.leaving && parse(e.string())?.leaving)) {
+            this.wake(); // joined or left (or leaving): read everything now
           } else if (known.revision !== e.revision) {
             // A renewal, seen as it happens: the member's expiry clock starts now, not at the next read.
             this.seen.set(e.key, { ...known, revision: e.revision, at: this.now() });
@@ -244,6 +321,8 @@ export class GroupMembership {
     if (this.abort.signal.aborted) return;
     const at = this.now();
     const read = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
+    // Received now: a session judge's clock for these revisions starts here, never earlier.
+    for (const e of read) if (e.operation === "PUT" && e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision);
     const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.
@@ -334,7 +413,7 @@ export class GroupMembership {
     const at = this.now();
     const live: MemberView[] = [];
     for (const [k, s] of this.seen) {
-      const fresh = k === this.key ? this.joined : at - s.at < this.leaseOf(s.value);
+      const fresh = k === this.key ? this.joined && !this.leaving : at - s.at < this.leaseOf(s.value) && !s.value.leaving;
       if (fresh) live.push(this.view(s.value));
     }
     live.sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
@@ -366,12 +445,15 @@ function parse(text: string): MemberValue | undefined {
     const ms = (x: unknown) => (typeof x === "number" && Number.isFinite(x) && x > 0 ? x : undefined);
     const leaseMs = ms(v.leaseMs);
     const renewMs = ms(v.renewMs);
+    const session = ms(v.session);
     return {
       id: v.id,
       name: v.name,
       startedAt: String(v.startedAt ?? ""),
       ...(leaseMs !== undefined ? { leaseMs } : {}),
       ...(renewMs !== undefined ? { renewMs } : {}),
+      ...(session !== undefined ? { session } : {}),
+      ...(v.leaving === true ? { leaving: true as const } : {}),
     };
   } catch {
     return undefined;

@@ -1,5 +1,7 @@
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import type { LeaseKeyWatches } from "./lease-wakeup.js";
+import type { MemberSession } from "./member-session.js";
+import type { SessionJudge } from "./session-judge.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -42,6 +44,18 @@ export interface LeaseOptions {
   readonly ticks?: TickGrid;
   /** The relay's one watch over the group bucket (else this lease watches its own key). */
   readonly keyWatches?: LeaseKeyWatches;
+  /**
+   * This member's session and the judge of the others' (member-session.ts, session-judge.ts): with
+   * them the lease is held in member mode whenever the session is valid (its key is not rewritten every
+   * renewal; the member key's writes renew it). Without them, every renewal writes the key.
+   */
+  readonly sessions?: LeaseSessions;
+}
+
+/** What a lease needs of the member sessions (see LeaseOptions.sessions). */
+export interface LeaseSessions {
+  readonly own: Pick<MemberSession, "current" | "validFor" | "onChange">;
+  readonly judge: Pick<SessionJudge, "ended">;
 }
 
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */
@@ -66,6 +80,7 @@ export interface CompiledLeaseOptions {
   readonly now: () => number;
   readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
   readonly keyWatches: LeaseKeyWatches | undefined;
+  readonly sessions: LeaseSessions | undefined;
 }
 
 /**
@@ -91,6 +106,14 @@ export interface LeaseValue {
   readonly leaseMs?: number;
   /** The writer's renewal interval (ms), informational. */
   readonly renewMs?: number;
+  /**
+   * Member mode: the writer's session (member-session.ts). Its validity is bounded by that session as
+   * well as by this write (whose `leaseMs` is then the long one of `memberModeKeyLeaseMs`, for relays
+   * that predate member mode); a contender takes the lease once the session is over (session-judge.ts).
+   */
+  readonly session?: number;
+  /** Member mode: the writer's `group.lease` (what bounds it through its session). */
+  readonly memberLeaseMs?: number;
 }
 
 const BUCKET_RE = /^[-\w]+$/;
@@ -128,5 +151,6 @@ export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
     now: opts.now ?? (() => performance.now()),
     onTransition: opts.onTransition,
     keyWatches: opts.keyWatches,
+    sessions: opts.sessions,
   });
 }

@@ -13,6 +13,7 @@ import { createGuard } from "../guard/create-guard.js";
 import { GroupCoordinator } from "../group/coordinator.js";
 import { LinkLease } from "../group/lease.js";
 import { GroupMembership } from "../group/membership.js";
+import { groupSessions } from "../group/session-judge.js";
 import { LinkControls } from "../group/link-control.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
@@ -81,6 +82,7 @@ export class Relay {
   /** This process in its region's group: names it in every lease it holds. Never reused. */
   readonly memberId = `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
   private membership: GroupMembership | undefined;
+  private readonly sessions: ReturnType<typeof groupSessions>; // its key's writes renew its leases (member-session.ts)
   /** Operators' pauses (the group bucket's control keys), followed by every link; set when the group starts. */
   private controls: LinkControls | undefined;
   /** Each link's unfollow of its control key. */
@@ -116,6 +118,7 @@ export class Relay {
     this.regionLogger = deps.logger.child({ region });
     this.leaseWatches = new LeaseKeyWatches(this.regionLogger.child({ component: "lease" }));
     this.logger = this.regionLogger.child({ component: "relay" });
+    this.sessions = groupSessions(config.group, this.regionLogger.child({ component: "group" }));
     this.writeGates = new WriteGates({
       logger: this.logger,
       discarded: (_connection, writers) => {
@@ -174,10 +177,7 @@ export class Relay {
     if (!this.abort.signal.aborted) this.setState("running");
   }
 
-  /**
-   * Joins the region's group once its ownership connection is up: members are seen, and links placed
-   * over them (DESIGN §9).
-   */
+  /** Joins the region's group once its ownership connection is up: members are seen, links placed over them. */
   private joinGroup(): void {
     if (this.joining) return;
     this.joining = true;
@@ -200,6 +200,7 @@ export class Relay {
       leaseMs: group.leaseMs,
       renewMs: group.renewMs,
       logger: this.regionLogger.child({ component: "group" }),
+      sessions: this.sessions,
     });
     const membership = this.membership;
     const logger = this.regionLogger.child({ component: "group" });
@@ -256,6 +257,7 @@ export class Relay {
         renewMs: this.config.group.renewMs,
         ticks: this.ticks,
         keyWatches: this.leaseWatches,
+        sessions: this.sessions,
         logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
@@ -308,15 +310,14 @@ export class Relay {
     this.stopping ??= (async () => {
       this.setState("stopping");
       this.abort.abort();
-      // Leave the group first: the others place this relay's links on themselves while it drains, and
-      // take each lease the moment it is released.
-      // (Its key's delete goes out at once; an unreachable bucket does not hold up the drain.)
+      // Leave the group first (its key says `leaving`; its session lasts until the links released their
+      // leases, then the key goes): the others place its links on themselves and take each lease at once.
       this.placement.stop();
-      const leaving = this.membership?.stop();
+      this.membership?.leave();
       await Promise.all(this.links.map((l) => l.stop(signal)));
       await this.reloading; // a reload's drains end with the relay's (it starts nothing once stopping)
       await Promise.all(this.links.map((l) => l.stop(signal)));
-      await leaving;
+      await this.membership?.stop();
       await this.controls?.stop();
       await this.connections.closeAll();
       this.setState("stopped");
