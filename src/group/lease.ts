@@ -148,6 +148,11 @@ export class LinkLease {
     return this.contender.eligible;
   }
 
+  /** How the lease is renewed while owned: `member` (by this member's session, lease-mode.ts) or `key`. */
+  get renewal(): "member" | "key" {
+    return this.mode.member ? "member" : "key";
+  }
+
   /** The KV revision of the write that acquired the lease (renewals keep it; once called the epoch); kept while `owner` and `lost`. */
   get leaseRevision(): number | undefined {
     return this.heldRevision;
@@ -158,10 +163,7 @@ export class LinkLease {
     return this.heldRevision === undefined ? undefined : this.heldIncarnation;
   }
 
-  /**
-   * True only while this member owns the lease, its own deadline has not passed and (member mode) its
-   * session holds. No I/O: call it before every publish batch, commit and ack.
-   */
+  /** Owner, its deadline ahead and (member mode) its session holding. No I/O: call it before every publish, commit and ack. */
   valid(): boolean {
     return this.current === "owner" && this.deadline.ahead() && this.mode.holds();
   }

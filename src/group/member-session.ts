@@ -18,7 +18,9 @@ export class MemberSession {
   private timer: NodeJS.Timeout | undefined;
   private readonly listeners = new Set<() => void>();
 
-  constructor(private readonly opts: { readonly leaseMs: number; readonly marginMs: number; readonly now: () => number }) {}
+  constructor(
+    private readonly opts: { readonly leaseMs: number; readonly marginMs: number; readonly now: () => number; readonly onEnded?: () => void },
+  ) {}
 
   /** The session valid now (its deadline ahead), or undefined. */
   current(): number | undefined {
@@ -38,9 +40,10 @@ export class MemberSession {
     this.arm();
   }
 
-  /** The chain ended (evicted, deleted, the bucket re-created, or this member leaves): never valid again. */
-  ended(): void {
+  /** The chain ended (`broken`: by another write of the key, or the bucket is gone; else this member stops): never valid again. */
+  ended(broken = false): void {
     const had = this.session !== undefined;
+    if (had && broken) this.opts.onEnded?.();
     this.session = undefined;
     this.deadline = -Infinity;
     clearTimeout(this.timer);

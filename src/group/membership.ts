@@ -111,6 +111,11 @@ export class GroupMembership {
     this.logger = opts.logger.child({ bucket: opts.bucket, member: opts.member.id });
   }
 
+  /** This member's session (member-session.ts): the revision its chain began at; undefined when it has none. */
+  get session(): number | undefined {
+    return this.chain?.session;
+  }
+
   /** The live members, sorted by id (this one included once its key is written). */
   get members(): readonly MemberView[] {
     return this.live;
@@ -259,7 +264,7 @@ export class GroupMembership {
     if (!this.chain) return;
     this.logger.warn({ session: this.chain.session }, `this member's session ended (${why}): the leases it held in member mode are lost`);
     this.chain = undefined;
-    this.opts.sessions?.own.ended();
+    this.opts.sessions?.own.ended(true);
   }
 
   /** Sleeps until the next read is due, or a member joins or leaves (seen through a watch). */

@@ -30,7 +30,7 @@ export class SessionJudge {
   private kv: KV | undefined;
 
   constructor(
-    private readonly opts: { readonly leaseMs: number; readonly now: () => number; readonly logger: Logger },
+    private readonly opts: { readonly leaseMs: number; readonly now: () => number; readonly logger: Logger; readonly onEvicted?: () => void },
   ) {}
 
   /** The group bucket as membership opened it (undefined: not yet, or gone). */
@@ -85,6 +85,7 @@ export class SessionJudge {
       if (isCasConflict(err)) return false; // it wrote meanwhile: alive
       throw err;
     }
+    this.opts.onEvicted?.();
     return this.proven(key, session, member, `its member key unchanged for ${Math.round(unchangedMs)} ms (its lease: ${leaseMs} ms): evicted`);
   }
 
@@ -125,10 +126,14 @@ function parseMember(entry: KvEntry): { id: string; session?: number; leaseMs?: 
 }
 
 /** A relay's member session and its judge of the others' (its membership drives both; its leases use them). */
-export function groupSessions(group: { readonly leaseMs: number; readonly renewMs: number }, logger: Logger): { own: MemberSession; judge: SessionJudge } {
+export function groupSessions(
+  group: { readonly leaseMs: number; readonly renewMs: number },
+  logger: Logger,
+  counted: { evicted(): void; ended(): void } = { evicted: () => {}, ended: () => {} },
+): { own: MemberSession; judge: SessionJudge } {
   const now = () => performance.now();
   return {
-    own: new MemberSession({ leaseMs: group.leaseMs, marginMs: group.renewMs / 2, now }),
-    judge: new SessionJudge({ leaseMs: group.leaseMs, now, logger }),
+    own: new MemberSession({ leaseMs: group.leaseMs, marginMs: group.renewMs / 2, now, onEnded: () => counted.ended() }),
+    judge: new SessionJudge({ leaseMs: group.leaseMs, now, logger, onEvicted: () => counted.evicted() }),
   };
 }

@@ -1,7 +1,5 @@
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import type { LeaseKeyWatches } from "./lease-wakeup.js";
-import type { MemberSession } from "./member-session.js";
-import type { SessionJudge } from "./session-judge.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError } from "../errors.js";
@@ -52,10 +50,14 @@ export interface LeaseOptions {
   readonly sessions?: LeaseSessions;
 }
 
-/** What a lease needs of the member sessions (see LeaseOptions.sessions). */
+/** What a lease needs of the member sessions (see LeaseOptions.sessions): MemberSession and SessionJudge. */
 export interface LeaseSessions {
-  readonly own: Pick<MemberSession, "current" | "validFor" | "onChange">;
-  readonly judge: Pick<SessionJudge, "ended">;
+  readonly own: {
+    current(): number | undefined;
+    validFor(session: number): boolean;
+    onChange(cb: () => void): () => void;
+  };
+  readonly judge: { ended(member: string, session: number): Promise<boolean> };
 }
 
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */

@@ -56,6 +56,8 @@ export interface LinkOwnership {
   readonly epoch?: number;
   /** Since when this relay owns it (when it is the owner). */
   readonly since?: string;
+  /** How this relay renews the lease (when it is the owner): `member` (its member key's writes renew it) or `key`. */
+  readonly renewal?: "member" | "key";
   /** Group placement wants this relay to own the link. */
   readonly preferred: boolean;
   /** The lease key in the group bucket. */
@@ -92,6 +94,7 @@ export interface LeaseView {
   readonly since: string | undefined;
   readonly isEligible: boolean;
   readonly key: string;
+  readonly renewal: "member" | "key";
 }
 
 export function ownershipOf(lease: LeaseView): LinkOwnership {
@@ -105,6 +108,7 @@ export function ownershipOf(lease: LeaseView): LinkOwnership {
     // `epoch`: the deprecated alias of leaseRevision (LinkOwnership), same value.
     ...(leaseRevision !== undefined ? { leaseRevision, epoch: leaseRevision } : {}),
     ...(since !== undefined ? { since } : {}),
+    ...(self ? { renewal: lease.renewal } : {}),
     preferred: lease.isEligible,
     key: lease.key,
   };

@@ -240,6 +240,16 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "Live relays in this relay's region group, as this relay sees them (0: it cannot reach the group bucket)",
       registers,
     }),
+    groupEvictions: new Counter({
+      name: "relay_group_evictions_total",
+      help: "Sessions of other members this relay ended (their member key unchanged for their lease, deleted by CAS) to take the leases they held in member mode",
+      registers,
+    }),
+    groupSessionEnds: new Counter({
+      name: "relay_group_session_ends_total",
+      help: "This relay's own session ended by another write of its member key (another member evicted it, or the key or bucket is gone): the leases it held in member mode were lost",
+      registers,
+    }),
     groupSettingsMismatch: new Gauge({
       name: "relay_group_settings_mismatch",
       help: "Live members of this relay's group whose group.lease or group.renew differ from this relay's (each lease is judged by the duration its owner stored; 0 once a rolling restart is done)",

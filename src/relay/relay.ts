@@ -118,7 +118,7 @@ export class Relay {
     this.regionLogger = deps.logger.child({ region });
     this.leaseWatches = new LeaseKeyWatches(this.regionLogger.child({ component: "lease" }));
     this.logger = this.regionLogger.child({ component: "relay" });
-    this.sessions = groupSessions(config.group, this.regionLogger.child({ component: "group" }));
+    this.sessions = groupSessions(config.group, this.regionLogger.child({ component: "group" }), { evicted: () => this.metrics.groupEvictions.inc(), ended: () => this.metrics.groupSessionEnds.inc() });
     this.writeGates = new WriteGates({
       logger: this.logger,
       discarded: (_connection, writers) => {

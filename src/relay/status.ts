@@ -28,6 +28,8 @@ export interface GroupStatus {
   /** This relay's member id and stable name. */
   readonly member: string;
   readonly name: string;
+  /** This relay's session (the revision its member key's chain began at), which renews its leases in member mode. */
+  readonly session?: number;
   /** Live members (this one included once it has joined), with the links placed on each. */
   readonly members: readonly (MemberView & { readonly placed: readonly string[] })[];
 }
@@ -72,6 +74,7 @@ function groupStatus(group: NonNullable<Parameters<typeof relayStatus>[0]["group
     bucket: group.bucket,
     member: group.member,
     name: group.name,
+    ...(group.membership.session !== undefined ? { session: group.membership.session } : {}),
     members: group.membership.members.map((m) => ({
       ...m,
       placed: [...group.placement]
