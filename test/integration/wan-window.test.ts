@@ -59,7 +59,7 @@ test("over a 300 ms round trip with default settings the window starts at its ca
  * A cursor placed across loopback starts at half its cap; when the round trip then grows to 300 ms and
  * a backlog builds, the window grows by itself while the round trip is what holds the link, and the
  * consumer's MaxAckPending follows it. Small caps (inFlight 1000, batches of 50: a start of 500, at
- * most ~1,700 msgs/s across 300 ms) so that publishing 30,000 at once builds a backlog on any machine.
+ * most ~1,700 msgs/s across 300 ms) so that publishing 12,000 at once builds a backlog on any machine.
  */
 test("a round trip that grows to 300 ms after the cursor was placed on loopback: the window grows by itself past its start (half its cap) up to its cap; the consumer's MaxAckPending follows; every message in order", async (t) => {
   const { a, b, src, dst, nca, ncb } = await twoRegions(t);
@@ -77,7 +77,7 @@ test("a round trip that grows to 300 ms after the cursor was placed on loopback:
   const window = () => metricValue(relay, "relay_pull_window_messages", { link: "a-to-b" });
   assert.equal(await window(), 500, "placed across loopback, it starts at half its cap");
   wan.setOneWayMs(150);
-  const ids = [...first, ...(await publishIds(nca, src, "m", 30_000))];
+  const ids = [...first, ...(await publishIds(nca, src, "m", 12_000))];
 
   const jsm = await jetstreamManager(nca);
   let peak = 0;
