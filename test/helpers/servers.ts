@@ -31,6 +31,15 @@ export interface HasAfter {
   after(fn: () => unknown): void;
 }
 
+/** Teardowns registered as a test goes, run last-in first-out when it ends (node:test runs `after` hooks first-in first-out). */
+export function deferrals(t: HasAfter): (fn: () => unknown) => void {
+  const fns: (() => unknown)[] = [];
+  t.after(async () => {
+    for (const fn of fns.reverse()) await fn();
+  });
+  return (fn) => fns.push(fn);
+}
+
 /**
  * Creates a backend whose servers are all stopped and deleted when `t` finishes:
  *

@@ -11,8 +11,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import type { LeaseOptions } from "../../src/group/lease.js";
 import type { StoredLeaseValue } from "../../src/group/lease-value.js";
 import { check, uniqueName } from "../helpers/check.js";
-import { withServers } from "../helpers/servers.js";
-import type { HasAfter } from "../helpers/servers.js";
+import { deferrals, withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
 
 // Short but realistic ratios: a lease of 1.5 s renewed every 250 ms (deadline = last send + 1375 ms).
@@ -25,15 +24,6 @@ let node: NatsNode;
 before(async () => {
   node = await shared.startNats();
 });
-
-/** LIFO teardown registered once per test (node:test runs `after` hooks first-in first-out). */
-function deferrals(t: HasAfter): (fn: () => unknown) => void {
-  const fns: (() => unknown)[] = [];
-  t.after(async () => {
-    for (const fn of fns.reverse()) await fn();
-  });
-  return (fn) => fns.push(fn);
-}
 
 interface Member {
   lease: LinkLease;

@@ -11,8 +11,7 @@ import { memberKeyOf, memberModeKeyLeaseMs } from "../../src/group/member-sessio
 import { groupSessions } from "../../src/group/session-judge.js";
 import type { StoredLeaseValue } from "../../src/group/lease-value.js";
 import { check, uniqueName } from "../helpers/check.js";
-import { withServers } from "../helpers/servers.js";
-import type { HasAfter } from "../helpers/servers.js";
+import { deferrals, withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
 
 /**
@@ -30,14 +29,6 @@ let node: NatsNode;
 before(async () => {
   node = await shared.startNats();
 });
-
-function deferrals(t: HasAfter): (fn: () => unknown) => void {
-  const fns: (() => unknown)[] = [];
-  t.after(async () => {
-    for (const fn of fns.reverse()) await fn();
-  });
-  return (fn) => fns.push(fn);
-}
 
 interface SessionMember {
   readonly id: string;
