@@ -51,15 +51,17 @@ export class SessionJudge {
     const known = this.observed.get(key);
     // A revision of the session received within our own lease: nothing to prove yet, no read.
     if (known && known.revision >= session && this.opts.now() - known.at < this.opts.leaseMs) return Promise.resolve(false);
-    let run = this.pending.get(key);
+    // The leases of one member held under one session share a judgement (not those of another session).
+    const asked = `${key}@${session}`;
+    let run = this.pending.get(asked);
     if (!run) {
       run = this.judge(key, member, session)
         .catch((err: unknown) => {
           this.opts.logger.debug({ member, session, err: toRelayError(err).message }, "could not judge a member's session");
           return false;
         })
-        .finally(() => this.pending.delete(key));
-      this.pending.set(key, run);
+        .finally(() => this.pending.delete(asked));
+      this.pending.set(asked, run);
     }
     return run;
   }
