@@ -11,6 +11,8 @@
  * PROFILE_RATE=5000 profiles the steady state instead of a backlog: the relay starts first, then
  * PROFILE_MESSAGES are published at that rate (small batches, the relay mostly caught up); the CPU
  * per 100k counts from the first published message; for a backlog, from the first relayed one (like the rate).
+ * PROFILE_WAN_ONE_WAY_MS=150 puts the source region behind the test kit's delay proxy (a 300 ms round
+ * trip): the relay then holds its whole window, which shows what the relay does per message held.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -19,6 +21,8 @@ import { connect } from "@nats-io/transport-node";
 import { Redis } from "ioredis";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
+import { startDelayProxy } from "../test/helpers/delay-proxy.js";
+import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
@@ -26,6 +30,7 @@ import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, relayCpuMeter, timeUntilFul
 const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
 const RATE = Number(process.env.PROFILE_RATE ?? 0);
+const WAN_ONE_WAY_MS = Number(process.env.PROFILE_WAN_ONE_WAY_MS ?? 0);
 
 interface ProfileNode {
   id: number;
@@ -80,6 +85,7 @@ async function main(): Promise<void> {
   const outDir = join(REPO_ROOT, "bench/profiles");
   const tmp = join(outDir, `.tmp-${process.pid}`);
   mkdirSync(tmp, { recursive: true });
+  let wan: DelayProxy | undefined;
   try {
     const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
     const nca = await connect({ servers: a.url });
@@ -97,7 +103,9 @@ async function main(): Promise<void> {
       redisPid = redis.pid;
     }
     const redisCpu0 = cpuSeconds(redisPid);
-    const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+    if (WAN_ONE_WAY_MS > 0) wan = await startDelayProxy({ port: Number(new URL(a.url).port), oneWayMs: WAN_ONE_WAY_MS });
+    const sourceUrl = wan ? `nats://127.0.0.1:${wan.port}` : a.url;
+    const config = await writeBenchConfig(sourceUrl, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
     const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--cpu-prof", `--cpu-prof-dir=${tmp}`] });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
@@ -127,7 +135,7 @@ async function main(): Promise<void> {
     await proc.exited;
     if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
-    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k`);
+    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}${wan ? `, ${2 * WAN_ONE_WAY_MS} ms round trip to the source` : ""}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);
@@ -136,6 +144,7 @@ async function main(): Promise<void> {
     summarize(JSON.parse(readFileSync(dest, "utf8")) as CpuProfile);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
+    await wan?.close();
     await servers.cleanup();
   }
 }

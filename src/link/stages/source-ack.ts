@@ -21,7 +21,7 @@ export interface SourceAckNeeds {
   readonly acks: SourceAcks;
   readonly metrics: Pick<RelayMetrics, "sourceAcks">;
   readonly owns: () => boolean;
-  readonly window: Pick<EntryWindow, "bySeq" | "size" | "remove">;
+  readonly window: Pick<EntryWindow, "bySeq" | "size" | "remove" | "lowestHeld">;
   readonly ledger: Pick<DestinationLedger, "done">;
   readonly versions: Pick<UncommittedVersions, "settled">;
   readonly tally: Pick<Tally, "count" | "counters">;
@@ -88,13 +88,8 @@ export class SourceAckStage {
   flush(): void {
     const acks = this.cumulative;
     if (!acks || acks.waiting === 0 || !this.needs.owns()) return;
-    let lowest: number | undefined;
-    let lowestDseq: number | undefined;
-    for (const e of this.needs.window.bySeq.values()) {
-      if (lowest === undefined || e.seq < lowest) lowest = e.seq;
-      if (lowestDseq === undefined || e.dseq < lowestDseq) lowestDseq = e.dseq;
-    }
-    const reply = acks.flush(lowest, lowestDseq);
+    const lowest = this.needs.window.lowestHeld();
+    const reply = acks.flush(lowest?.seq, lowest?.dseq);
     if (reply !== undefined && this.needs.acks.ack(reply)) this.needs.metrics.sourceAcks.inc(this.label);
   }
 

@@ -14,6 +14,14 @@ export class EntryWindow {
   /** Every entry between receive and ack, by source sequence. */
   readonly bySeq = new Map<number, Entry>();
   private heldBytes = 0;
+  /**
+   * Held entries that arrived below a higher sequence or delivery sequence than one before them (a
+   * redelivery, a consumer leader that numbers again, a resync pass), or whose delivery sequence a
+   * redelivery raised. While there are none, the oldest live entry holds the lowest of both.
+   */
+  private readonly outOfOrder = new Set<Entry>();
+  private highestSeq = 0;
+  private highestDseq = 0;
 
   /** Messages between receive and ack. */
   get size(): number {
@@ -47,10 +55,14 @@ export class EntryWindow {
     if (!known) return false;
     known.reply = msg.reply;
     known.dseq = msg.consumerSequence;
+    this.outOfOrder.add(known);
     return true;
   }
 
   add(entry: Entry): void {
+    if (entry.seq < this.highestSeq || entry.dseq < this.highestDseq) this.outOfOrder.add(entry);
+    this.highestSeq = Math.max(this.highestSeq, entry.seq);
+    this.highestDseq = Math.max(this.highestDseq, entry.dseq);
     this.entries.push(entry);
     this.bySeq.set(entry.seq, entry);
     this.heldBytes += entry.heldBytes;
@@ -60,6 +72,29 @@ export class EntryWindow {
   remove(entry: Entry): void {
     entry.state = "done";
     if (this.bySeq.delete(entry.seq)) this.heldBytes -= entry.heldBytes;
+    if (this.outOfOrder.size > 0) this.outOfOrder.delete(entry);
+  }
+
+  /**
+   * The lowest source sequence and the lowest delivery sequence among the held entries (undefined when
+   * none is held): what a cumulative ack must stay below. The oldest live entry when every held entry
+   * arrived in order (a pump's work, whatever the window's size); a scan of them all otherwise.
+   */
+  lowestHeld(): { seq: number; dseq: number } | undefined {
+    if (this.bySeq.size === 0) return undefined;
+    if (this.outOfOrder.size === 0) {
+      for (let i = this.head; i < this.entries.length; i++) {
+        const e = this.entries[i];
+        if (e && e.state !== "done") return { seq: e.seq, dseq: e.dseq };
+      }
+    }
+    let seq = Infinity;
+    let dseq = Infinity;
+    for (const e of this.bySeq.values()) {
+      if (e.seq < seq) seq = e.seq;
+      if (e.dseq < dseq) dseq = e.dseq;
+    }
+    return { seq, dseq };
   }
 
   /** Where `entry` is in `entries` (-1: gone). */
@@ -92,6 +127,9 @@ export class EntryWindow {
     this.entries.length = 0;
     this.head = 0;
     this.bySeq.clear();
+    this.outOfOrder.clear();
+    this.highestSeq = 0;
+    this.highestDseq = 0;
     this.heldBytes = 0;
     this.publishPos = 0;
     return claimed;
