@@ -16,11 +16,14 @@ export { DEFAULT_STRIP_HEADERS };
 export const DEFAULTS = Object.freeze({
   batchSize: 500,
   /**
-   * The cap of a link's self-sizing window (link-window.ts): it starts at two batches and grows while
-   * the round trip limits the link. 8192 covers 13,000 msgs/s over a 300 ms round trip with the
-   * controller's headroom; inFlightBytes bounds the memory whatever the message size.
+   * The cap of a link's self-sizing window (link-window.ts): it starts at half of it (at most 4096)
+   * within a region, at it across a WAN, and grows while the round trip limits the link. A message
+   * holds its place in the window for a round trip and more (the delivery, the destination's PubAck,
+   * the ack's way back): 8192 held a backlog across 300 ms to ~23,000 msgs/s in the profiler
+   * (`PROFILE_WAN_ONE_WAY_MS=150 npm run bench:profile`), 16384 to ~40,000. inFlightBytes bounds the
+   * memory whatever the message size.
    */
-  inFlight: 8192,
+  inFlight: 16384,
   /**
    * The window of a link with a guard: each of its messages also waits for a claim and a commit
    * round trip, so the same window moves fewer messages a second (Little's law). Measured on the
@@ -29,10 +32,12 @@ export const DEFAULTS = Object.freeze({
    */
   guardedInFlight: 2048,
   /**
-   * Bytes between receive and ack per link: sized for the 512 MiB pod of deploy/kubernetes (the relay
-   * itself, a few links and the clients' buffers fit beside it).
+   * Bytes between receive and ack per link: the most native sourcing's flow control lets a source have
+   * unacknowledged (32 MiB), and it fits the 512 MiB pod of deploy/kubernetes with the relay itself, a
+   * few links and the clients' buffers beside it. 512-byte messages never reach it (16384 × 512 B is
+   * 8 MiB); 4 KiB ones cap the window at 8192.
    */
-  inFlightBytes: 64 * 1024 * 1024,
+  inFlightBytes: 32 * 1024 * 1024,
   ackWaitMs: 30_000,
   sourceAcks: "cumulative" as const,
   publishTimeoutMs: 5_000,

@@ -206,10 +206,10 @@ describe("checks on facts", () => {
 `) as [LinkConfig, LinkConfig, LinkConfig];
     const region = (rttMs?: number) => ({ ok: true as const, server: "a-1", maxPayload: 1024 * 1024, ...(rttMs !== undefined ? { rttMs } : {}) });
     const stream = found({ name: "S", subjects: ["S.>"], messages: 1_000, bytes: 1_000 * 1_024 });
-    // Defaults: across a WAN it starts at the cap, 8192; 10,000 msgs/s over 300 ms needs 6,000.
+    // Defaults: across a WAN it starts at the cap, 16384; 10,000 msgs/s over 300 ms needs 6,000.
     const wan = checkWindow(plain, stream, region(300));
     assert.equal(wan.level, "ok");
-    assert.match(wan.detail, /^starts at 8192 messages and sizes itself to the round trip, up to 8192 \(inFlight 8192\); round trip from here 300 ms: 10000 msgs\/s needs ~6000, the cap allows ~27307 msgs\/s$/);
+    assert.match(wan.detail, /^starts at 16384 messages and sizes itself to the round trip, up to 16384 \(inFlight 16384\); round trip from here 300 ms: 10000 msgs\/s needs ~6000, the cap allows ~54613 msgs\/s$/);
     // A smaller inFlight holds it below that across the WAN: a warning with the value that would do.
     const held = checkWindow(narrow, stream, region(300));
     assert.equal(held.level, "warning");
@@ -218,7 +218,7 @@ describe("checks on facts", () => {
     // Large messages: inFlightBytes over the average size is the cap.
     const large = checkWindow(plain, found({ name: "S", subjects: ["S.>"], messages: 100, bytes: 100 * 256 * 1024 }), region(300));
     assert.equal(large.level, "warning");
-    assert.match(large.detail, /up to 500 \(inFlightBytes 64 MiB over messages of ~256 KiB on average\)/);
+    assert.match(large.detail, /up to 500 \(inFlightBytes 32 MiB over messages of ~256 KiB on average\)/);
     assert.match(large.fix ?? "", /links\[p\]\.inFlightBytes: 1500MiB/);
     // A guarded link starts at its cap.
     assert.match(checkWindow(guarded, stream, region(40)).detail, /^starts at 2048 messages/);
@@ -369,8 +369,8 @@ describe("check --live", () => {
     assert.match(row(r.out, "b-to-a", "guard").detail, /\(Redis \d+\.\d+\.\d+\)/, "the guard row names the Redis version it checked");
     assert.match(row(r.out, "b-to-a", "durable consumer").detail, /3 pending/);
     // On loopback the window is not what limits a link: ok, with the round trip it was measured over.
-    // Loopback starts at half the cap; a loaded machine may time its round trip at 10 ms or more (a WAN).
-    assert.match(row(r.out, "a-to-b", "pull window").detail, /^starts at (4096|8192) messages and sizes itself to the round trip, up to 8192 \(inFlight 8192\); round trip from here \d+ ms: 10000 msgs\/s needs ~\d+, the cap allows ~\d+ msgs\/s$/);
+    // Loopback starts at half the cap, at most 4096; a loaded machine may time its round trip at 10 ms or more (a WAN).
+    assert.match(row(r.out, "a-to-b", "pull window").detail, /^starts at (4096|16384) messages and sizes itself to the round trip, up to 16384 \(inFlight 16384\); round trip from here \d+ ms: 10000 msgs\/s needs ~\d+, the cap allows ~\d+ msgs\/s$/);
     assert.match(row(r.out, "a-to-b", "durable consumer").detail, /does not exist yet/);
     // The offline lines are still there.
     assert.match(r.out, /region b: .* runs 1 link/);

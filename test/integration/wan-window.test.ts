@@ -7,18 +7,22 @@ import { metricValue, startRelay } from "../helpers/relays.js";
 import { assertInOrder, linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource } from "../faults/checker.js";
 import { startChaosLoad } from "../faults/chaos/load.js";
+import { DEFAULTS } from "../../src/config/defaults.js";
 import { WINDOW_LIMITS } from "../../src/link/window-controller.js";
 import type { WindowLimit } from "../../src/link/window-controller.js";
+
+/** A link's default window cap (16384). */
+const CAP = DEFAULTS.inFlight;
 
 /**
  * A link reading another region over a WAN, with its default settings: what limits it is how much may
  * be on the wire per round trip (the source consumer's MaxAckPending). A cursor placed across a round
- * trip of 10 ms or more starts its window at its cap (`inFlight`, 8192 by default) instead of half of
+ * trip of 10 ms or more starts its window at its cap (`inFlight`, 16384 by default) instead of half of
  * it, so a backlog across 300 ms does not spend its first second growing (before the window sized
  * itself: 500, one batch per round trip). Read from the window gauge, `/status` and the consumer
  * itself, not from a clock.
  */
-test("over a 300 ms round trip with default settings the window starts at its cap (8192, not one batch) and the consumer's MaxAckPending is that window; the round trip is measured; every message in order", async (t) => {
+test("over a 300 ms round trip with default settings the window starts at its cap (16384, not one batch) and the consumer's MaxAckPending is that window; the round trip is measured; every message in order", async (t) => {
   const { a, b, src, dst, nca, ncb } = await twoRegions(t);
   const wan = await startDelayProxy({ port: Number(new URL(a.url).port), oneWayMs: 150 });
   t.after(() => wan.close());
@@ -41,8 +45,8 @@ test("over a 300 ms round trip with default settings the window starts at its ca
     },
     { name: "the cursor is placed (the consumer exists, the round trip is measured)", timeoutMs: 30_000, intervalMs: 100 },
   );
-  assert.equal(maxAckPending, 8_192, "the consumer is placed with the window at its cap");
-  assert.equal(await window(), 8_192, "placed across a WAN, the window is at its cap");
+  assert.equal(maxAckPending, CAP, "the consumer is placed with the window at its cap");
+  assert.equal(await window(), CAP, "placed across a WAN, the window is at its cap");
   const status = relay.status().links[0]?.window;
   assert.ok(status && status.rttMs !== undefined && status.rttMs >= 300 && status.rttMs < 1_000, `the round trip is measured: ${JSON.stringify(status)}`);
   assert.ok(status && WINDOW_LIMITS.includes(status.limit as WindowLimit), `a limit is named: ${JSON.stringify(status)}`);
@@ -50,7 +54,7 @@ test("over a 300 ms round trip with default settings the window starts at its ca
   assert.ok((await metricValue(relay, "relay_source_rtt_seconds", { link: "a-to-b" })) >= 0.3, "the round trip is exported");
   await waitForCount(ncb, dst, ids.length, 90_000, "every message over the WAN");
   await assertInOrder(ncb, dst, ids);
-  assert.ok(peak <= 8_192, `never more than the cap unacked (peak ${peak})`);
+  assert.ok(peak <= CAP, `never more than the cap unacked (peak ${peak})`);
   const doubled = logs.lines.filter((l) => l.includes("pull window doubled"));
   assert.deepEqual(doubled, [], "it started at its cap: no slow start to climb");
 });
@@ -115,7 +119,7 @@ test("a round trip jumping between 20 and 400 ms under load: the window stays wi
   const first = await publishIds(nca, src, "w", 10); // sizes to judge the first window by (see above)
   const { relay } = await startRelay(t, yaml, "b");
   await waitForCount(ncb, dst, first.length, 20_000, "the first messages");
-  assert.equal(await metricValue(relay, "relay_pull_window_messages", { link: "a-to-b" }), 8_192, "placed across a 20 ms round trip (a WAN), it starts at its cap");
+  assert.equal(await metricValue(relay, "relay_pull_window_messages", { link: "a-to-b" }), CAP, "placed across a 20 ms round trip (a WAN), it starts at its cap");
   const total = 2_000 * 12;
   const load = startChaosLoad(nca, src, { total, ratePerSec: 2_000, entities: 10 });
   const finished = () => load.published >= total;
@@ -139,7 +143,7 @@ test("a round trip jumping between 20 and 400 ms under load: the window stays wi
   await load.done;
   await waitForCount(ncb, dst, first.length + total, 60_000, "every message");
   assertDelivery(await checkDelivery({ fault: "round trip jumping 20-400 ms", dest: ncb, stream: dst, source: await readSource(nca, src) }));
-  assert.ok(Math.min(...windows) >= 500 && Math.max(...windows) <= 8_192, `the window within [500, 8192]: ${Math.min(...windows)}-${Math.max(...windows)}`);
+  assert.ok(Math.min(...windows) >= 500 && Math.max(...windows) <= CAP, `the window within [500, ${CAP}]: ${Math.min(...windows)}-${Math.max(...windows)}`);
   assert.ok(!states.has("stalled") && !states.has("recovering") && !states.has("paused"), `no false stall or trouble: ${[...states].join(", ")}`);
   assert.equal(await metricValue(relay, "relay_link_stalls_total", {}), 0, "no stall step");
 });

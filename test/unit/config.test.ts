@@ -155,8 +155,8 @@ void describe("valid configs", () => {
         from: { region: "us-east", stream: "ORDERS" },
         to: { region: "eu-west", stream: "ORDERS", transform: {} },
         batchSize: 500,
-        inFlight: 8192,
-        inFlightBytes: 64 * 1024 * 1024,
+        inFlight: 16384,
+        inFlightBytes: 32 * 1024 * 1024,
         ackWaitMs: 30_000,
         sourceAcks: "cumulative",
         publishTimeoutMs: 5_000,
@@ -189,8 +189,8 @@ void describe("valid configs", () => {
     assert.equal(c.links[0]?.guard?.idTtlMs, DEFAULTS.idTtlMs);
   });
 
-  void it("caps an unguarded link's self-sizing window at 8192 and a guarded one's at 2048; an explicit inFlight wins", () => {
-    assert.equal(parse(BASE).links[0]?.inFlight, 8192);
+  void it("caps an unguarded link's self-sizing window at 16384 and a guarded one's at 2048; an explicit inFlight wins", () => {
+    assert.equal(parse(BASE).links[0]?.inFlight, 16384);
     assert.equal(parse(BASE + "    guard:\n      memory: true\n").links[0]?.inFlight, 2048);
     assert.equal(parse(BASE + "    inFlight: 600\n    guard:\n      memory: true\n").links[0]?.inFlight, 600);
     // batchSize is checked against the window the link will have.

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import pino from "pino";
 import { Registry } from "prom-client";
 import { parseConfigText } from "../../src/config/load.js";
-import { LinkWindow } from "../../src/link/link-window.js";
+import { initialWindow, LinkWindow } from "../../src/link/link-window.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 
 const CONFIG = `regions:
@@ -13,7 +13,7 @@ links:
   - { name: a-to-b, from: { region: a, stream: SRC }, to: { region: b, stream: DST } }
 `;
 
-/** A link's window with its defaults (start 4096, cap 8192), no consumer to update (jsm undefined). */
+/** A link's window with its defaults (start 4096, cap 16384), no consumer to update (jsm undefined). */
 function windowOf(placedRttMs?: number) {
   const config = parseConfigText(CONFIG, "test.yaml", {}).links[0]!;
   const registry = new Registry();
@@ -39,17 +39,21 @@ test("link window: slow start doubles after a round trip's deliveries found the 
   assert.equal(w.window.maxAckPending, 4096, "a round is a whole window of deliveries");
   w.deliver(1, 100);
   assert.equal(w.window.maxAckPending, 8192);
+  w.deliver(8192, 100);
+  assert.equal(w.window.maxAckPending, 16384, "doubled again after the next round's deliveries");
   assert.equal(w.window.status().limit, "messages cap");
-  assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), 8192);
+  assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), 16384);
   assert.equal(await w.gauge("relay_window_limit", { link: "a-to-b", limit: "messages cap" }), 1);
 });
 
-test("link window: a cursor placed across a WAN (a round trip of 10 ms or more before it) starts at the cap, on a shorter one at half of it", async () => {
-  for (const [rtt, start] of [[undefined, 4096], [0.3, 4096], [9.9, 4096], [10, 8192], [200, 8192]] as const) {
+test("link window: a cursor placed across a WAN (a round trip of 10 ms or more before it) starts at the cap, on a shorter one at half of it, at most 4096", async () => {
+  for (const [rtt, start] of [[undefined, 4096], [0.3, 4096], [9.9, 4096], [10, 16384], [200, 16384]] as const) {
     const w = windowOf(rtt);
     assert.equal(w.window.maxAckPending, start, `placed after a ${rtt} ms round trip`);
     assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), start);
   }
+  const link = { guard: undefined, batchSize: 500 };
+  assert.deepEqual([initialWindow({ ...link, inFlight: 6000 }), initialWindow({ ...link, inFlight: 600 }), initialWindow({ ...link, inFlight: 6000 }, 10)], [3000, 1000, 6000], "half a smaller cap (at least two batches); the cap across a WAN");
   const wan = windowOf(200);
   assert.equal(wan.window.status().rttMs, 200, "the placement's round trip stands in until a PING measures one");
 });
