@@ -5,17 +5,15 @@ import { toRelayError } from "../errors.js";
 import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
-import { WINDOW_LIMITS, WindowController } from "./window-controller.js";
+import { LAN_START, WAN_RTT_MS, WINDOW_LIMITS, WindowController } from "./window-controller.js";
 import type { WindowLimit } from "./window-controller.js";
 
 /** How often the round trip to the source is measured (one PING per connection), and how long a measurement may take. */
 const RTT_EVERY_MS = 5_000;
 export const RTT_WAIT_MS = 2_000;
+/** The path's own round trip is the lowest measured within this span (a backlog queues PINGs behind messages). */
+const PATH_RTT_SPAN_MS = 60_000;
 
-/** A round trip (ms) at or above which the source is across a WAN (`check --live` warns from here too). */
-export const WAN_RTT_MS = 10;
-/** The most a link within a region (round trip under WAN_RTT_MS) starts with: 4096 messages carry 400,000 msgs/s over 10 ms. */
-export const LAN_START = 4_096;
 
 /**
  * Where a link's window starts. A guarded link waits for its guard (limit "relay"), so it would not
@@ -78,6 +76,12 @@ export class LinkWindow {
   private deliveredBytes = 0;
   private rttMs: number | undefined;
   private rttAt = -Infinity;
+  /**
+   * The lowest round trip measured within PATH_RTT_SPAN_MS (kept until a lower one, or until it is
+   * older than that): the path without the queues. On loopback under a backlog a PING waits behind the
+   * messages in the socket buffers and reads 10–20 ms; slow start judges LAN or WAN by this one.
+   */
+  private pathRtt: { readonly ms: number; readonly at: number } | undefined;
   private ratePerSec = 0;
   private neededForRtt: number | undefined;
   private cap: number;
@@ -147,10 +151,10 @@ export class LinkWindow {
     const first = round.first;
     this.round = { delivered: 0, minHeld: Infinity, first: false };
     if (first || this.throttled) return;
-    const decision = this.controller.roundTrip(round.minHeld, sourcePending);
+    const decision = this.controller.roundTrip(round.minHeld, sourcePending, this.pathRtt?.ms);
     if (decision?.changed) {
       this.exportLimit(decision.limit);
-      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, cap: decision.cap }, "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)");
+      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, pathRttMs: this.pathRtt?.ms, cap: decision.cap }, "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)");
     }
   }
 
@@ -165,7 +169,7 @@ export class LinkWindow {
   placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}, rttMs?: number): void {
     this.held = false;
     this.round = { delivered: 0, minHeld: Infinity, first: true };
-    if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0) this.rttMs ??= rttMs;
+    if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0 && this.rttMs === undefined) this.noteRtt(rttMs);
     if (this.delivered === 0) this.controller = this.newController(sizes);
     this.applied = this.controller.window;
     this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, this.applied);
@@ -266,9 +270,16 @@ export class LinkWindow {
     if (now - this.rttAt < RTT_EVERY_MS) return;
     this.rttAt = now;
     this.deps.roundTrip.latest(RTT_EVERY_MS).then(
-      (ms) => (this.rttMs = ms),
+      (ms) => this.noteRtt(ms),
       () => undefined, // kept: a lost PING is the connection watchdog's business
     );
+  }
+
+  private noteRtt(ms: number): void {
+    this.rttMs = ms;
+    const now = performance.now();
+    const path = this.pathRtt;
+    if (path === undefined || ms <= path.ms || now - path.at > PATH_RTT_SPAN_MS) this.pathRtt = { ms, at: now };
   }
 
   /** Sets the consumer's MaxAckPending (one update at a time; the latest wins). */

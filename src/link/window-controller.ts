@@ -109,6 +109,17 @@ export interface WindowControllerOptions {
   readonly maxRate?: MaxRate;
 }
 
+/** A round trip (ms) at or above which the source is across a WAN (`check --live` warns from here too). */
+export const WAN_RTT_MS = 10;
+
+/**
+ * The most a link within a region (round trip under WAN_RTT_MS) starts with, and the most slow start
+ * grows it to there: 4096 messages carry 400,000 msgs/s over 10 ms. On loopback a backlog looks like a
+ * window on the wire (the server's and the socket's buffers hold what the relay has not read yet), and
+ * slow start used to double it to the cap: the relay held 16,384 messages, ~25 MB more, for nothing.
+ */
+export const LAN_START = 4_096;
+
 /** startingWindow judges the round trip at this rate (msgs/s). */
 export const REFERENCE_RATE_PER_SEC = 10_000;
 /** The window grows until it covers rate × RTT this many times. */
@@ -318,12 +329,14 @@ export class WindowController {
    * (`minHeld`: it did not hold most of it throughout, the rest was on the wire) and more than a window
    * still waits at the source, so the
    * round trip is what limits: the window doubles now, up to the cap, instead of a second later. Not
-   * while a cap, the destination or the relay holds it (the observations decide those). Returns the
+   * while a cap, the destination or the relay holds it (the observations decide those), nor past
+   * LAN_START while the round trip (`rttMs`, the latest measured) is under WAN_RTT_MS. Returns the
    * decision, or undefined when the window stays.
    */
-  roundTrip(minHeld: number, sourcePending: number): WindowDecision | undefined {
+  roundTrip(minHeld: number, sourcePending: number, rttMs = this.rttMs): WindowDecision | undefined {
     if (this.currentLimit !== "rtt" && this.currentLimit !== "idle") return undefined;
     if (minHeld >= this.current * HELD_MOST || sourcePending < this.current) return undefined;
+    if (rttMs !== undefined && rttMs < WAN_RTT_MS && this.current >= LAN_START) return undefined;
     const { cap, capLimit } = this.cap();
     const next = clamp(this.current * GROWTH, this.batchSize, cap);
     if (next <= this.current) return undefined;

@@ -5,8 +5,8 @@
 import type { LinkConfig, MaxRate } from "../config/types.js";
 import type { StreamFact, StreamFacts } from "../nats/stream-facts.js";
 import { windowPerSecond } from "../nats/pull-window.js";
-import { REFERENCE_RATE_PER_SEC, rateCapWindow, startingWindow } from "../link/window-controller.js";
-import { initialWindow, WAN_RTT_MS } from "../link/link-window.js";
+import { REFERENCE_RATE_PER_SEC, rateCapWindow, startingWindow, WAN_RTT_MS } from "../link/window-controller.js";
+import { initialWindow } from "../link/link-window.js";
 import { skipped, where } from "./check-helpers.js";
 import type { CheckResult, RegionFact } from "./facts.js";
 

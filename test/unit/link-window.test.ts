@@ -14,12 +14,12 @@ links:
 `;
 
 /** A link's window with its defaults (start 4096, cap 16384), no consumer to update (jsm undefined). */
-function windowOf(placedRttMs?: number) {
+function windowOf(placedRttMs?: number, pingMs?: number) {
   const config = parseConfigText(CONFIG, "test.yaml", {}).links[0]!;
   const registry = new Registry();
   const metrics = createMetrics(registry, { defaultMetrics: false });
   const rate = { maxRate: undefined, size: 0, bytes: 0, heldSince: () => false, heldWithin: () => false, set: () => undefined, cappedSeconds: 0 };
-  const window = new LinkWindow({ config, roundTrip: { latest: () => Promise.reject(new Error("no server")) }, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
+  const window = new LinkWindow({ config, roundTrip: { latest: () => (pingMs === undefined ? Promise.reject(new Error("no server")) : Promise.resolve(pingMs)) }, jsm: () => undefined, metrics, logger: pino({ level: "silent" }), rate });
   window.placed({}, placedRttMs);
   const gauge = async (name: string, labels: Record<string, string>) =>
     (await registry.getSingleMetric(name)?.get())?.values.find((v) => Object.entries(labels).every(([k, l]) => v.labels[k] === l))?.value;
@@ -65,4 +65,25 @@ test("link window: no slow start while the relay holds most of the window, nor w
   const short = windowOf();
   short.deliver(3 * 4096, 0, 1000);
   assert.equal(short.window.maxAckPending, 4096, "1,000 waiting: a larger window would carry nothing more");
+});
+
+test("link window: within a region (a round trip under 10 ms) slow start stops at 4096, where a link starts there; below it, and across a WAN, it doubles", async () => {
+  // Loopback under a backlog: the server's and the socket's buffers hold what the relay has not read
+  // yet, so the relay holds little at some delivery of each round, as if the window were on the wire.
+  const lan = windowOf(0.3);
+  lan.deliver(5 * 4096, 100);
+  assert.equal(lan.window.maxAckPending, 4096, "a 0.3 ms round trip: 4096 carry 13 million msgs/s; no growth");
+  assert.equal(await lan.gauge("relay_pull_window_messages", { link: "a-to-b" }), 4096);
+  // A PING under the backlog waits behind the messages in the socket buffers: 16 ms is the queue, not
+  // the path; the lowest round trip of the last minute (the placement's 0.3 ms) still says LAN.
+  const queued = windowOf(0.3, 16);
+  queued.window.observe({ held: 100, heldBytes: 51_200, awaitingDestination: 0, sourcePending: 100_000 });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(queued.window.status().rttMs, 16, "the PING's reading is the round trip shown");
+  queued.deliver(5 * 4096, 100);
+  assert.equal(queued.window.maxAckPending, 4096, "slow start judges the path by its lowest round trip");
+  // The same rounds with the round trip unknown (no placement reading yet) double as before.
+  const unknown = windowOf();
+  unknown.deliver(4096 + 4096, 100);
+  assert.equal(unknown.window.maxAckPending, 8192);
 });
