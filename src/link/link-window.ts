@@ -14,7 +14,6 @@ export const RTT_WAIT_MS = 2_000;
 /** The path's own round trip is the lowest measured within this span (a backlog queues PINGs behind messages). */
 const PATH_RTT_SPAN_MS = 60_000;
 
-
 /**
  * Where a link's window starts. A guarded link waits for its guard (limit "relay"), so it would not
  * grow: it starts at its cap, where the fixed window used to be. So does a link whose source is across

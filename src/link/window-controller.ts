@@ -116,7 +116,7 @@ export const WAN_RTT_MS = 10;
  * The most a link within a region (round trip under WAN_RTT_MS) starts with, and the most slow start
  * grows it to there: 4096 messages carry 400,000 msgs/s over 10 ms. On loopback a backlog looks like a
  * window on the wire (the server's and the socket's buffers hold what the relay has not read yet), and
- * slow start used to double it to the cap: the relay held 16,384 messages, ~25 MB more, for nothing.
+ * slow start used to double it to the cap: the relay held four times the messages for nothing.
  */
 export const LAN_START = 4_096;
 
@@ -330,7 +330,8 @@ export class WindowController {
    * still waits at the source, so the
    * round trip is what limits: the window doubles now, up to the cap, instead of a second later. Not
    * while a cap, the destination or the relay holds it (the observations decide those), nor past
-   * LAN_START while the round trip (`rttMs`, the latest measured) is under WAN_RTT_MS. Returns the
+   * LAN_START while the path's round trip (`rttMs`: LinkWindow passes the lowest measured lately) is
+   * under WAN_RTT_MS. Returns the
    * decision, or undefined when the window stays.
    */
   roundTrip(minHeld: number, sourcePending: number, rttMs = this.rttMs): WindowDecision | undefined {
