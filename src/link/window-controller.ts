@@ -334,7 +334,7 @@ export class WindowController {
    * under WAN_RTT_MS. Returns the
    * decision, or undefined when the window stays.
    */
-  roundTrip(minHeld: number, sourcePending: number, rttMs = this.rttMs): WindowDecision | undefined {
+  roundTrip(minHeld: number, sourcePending: number, rttMs?: number): WindowDecision | undefined {
     if (this.currentLimit !== "rtt" && this.currentLimit !== "idle") return undefined;
     if (minHeld >= this.current * HELD_MOST || sourcePending < this.current) return undefined;
     if (rttMs !== undefined && rttMs < WAN_RTT_MS && this.current >= LAN_START) return undefined;
