@@ -16,7 +16,7 @@
  *   ops/s         = ids claimed and committed per second, and the CPU it took per 100,000 ids in
  *                   Redis and in this process (the client side: the guard's encoding and ioredis)
  * Then a steady rate, for the current layout, keyed and by lease: ids claimed and committed as fast
- * as they go for GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 8 s, so that buckets open
+ * as they go for GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 4 s (buckets of 4 s), so that buckets open
  * and expire as they do over hours in production and a claim reads every live bucket. The first half
  * warms up (the fan-out adapts, old buckets expire); the second half is measured: ids/s, live
  * buckets, Redis and client CPU per id.
@@ -37,7 +37,7 @@ const IN_FLIGHT = 2;
 const ID_TTL_MS = 3_600_000;
 const CLAIM_TTL_MS = 60_000;
 const STEADY_SECONDS = Number(process.env.GUARD_BENCH_STEADY_S ?? 24);
-const STEADY_ID_TTL_MS = 8_000;
+const STEADY_ID_TTL_MS = 4_000;
 
 interface BenchGuard {
   claim(items: GuardItem[]): Promise<(string | undefined)[]>;

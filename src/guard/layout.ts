@@ -38,9 +38,10 @@ import { createHash, hash } from "node:crypto";
  *   relay:{<scope>}:ver:<entity>   the previous layout's version key: read, and advanced when it
  *                                  exists, never created
  *
- * Buckets. Commits go to the group's current bucket. A bucket takes commits for idTtl/2 (its span)
- * and expires idTtl after its span ends, so an id is remembered for idTtl to 1.5 × idTtl. A bucket
- * has F hashes (its fan-out, fixed for its life): an id lives in hash `u32(digest) mod F`. F adapts
+ * Buckets. Commits go to the group's current bucket. A bucket takes commits for idTtl (its span)
+ * and expires idTtl after its span ends, so an id is remembered for idTtl to 2 × idTtl: two
+ * generations, the current bucket and the one before it. A bucket has F hashes (its fan-out, fixed
+ * for its life): an id lives in hash `u32(digest) mod F`. F adapts
  * to the rate, so that hashes stay small enough for Redis's compact listpack encoding (default
  * hash-max-listpack-entries 128) without becoming many near-empty keys:
  *  - the first bucket of a group has minFanout(G) hashes (MIN_FANOUT per scope, split over its
@@ -49,13 +50,14 @@ import { createHash, hash } from "node:crypto";
  *    BUCKET_TARGET ids per hash;
  *  - a bucket that reaches BUCKET_FILL ids per hash on average before its span ends (the rate grew)
  *    is closed early and followed by one with 4 × its fan-out.
- * A claim checks every bucket that has not expired: three hash reads per new id at a steady rate.
- * Fewer buckets per idTtl mean fewer reads but ids kept longer: idTtl/2 keeps them 1.25 × idTtl on
- * average (idTtl/4 kept them 1.125 × but took five reads per claim, each a key the call names and a
- * Redis command: a quarter more Redis CPU per id for a tenth less memory, measured with bench:guard's
- * steady-rate phase). Reading a listpack hash scans it, so hashes are kept at a few dozen ids
- * (BUCKET_FILL, BUCKET_TARGET) rather than near the 128 limit: shorter scans for a few bytes more per
- * id of per-key overhead.
+ * A claim checks every bucket that has not expired: two hash reads per new id at a steady rate (more
+ * for a while after the rate grew and buckets were closed early). Each read is a Redis command run
+ * from the script, at 1.2-1.5 µs of Redis CPU apiece in bench:guard's steady phase whatever the
+ * hash's size (8 or 16 ids per hash cost the same): reads per id are what a claim costs. Spans of
+ * idTtl/2 kept ids 1.25 × idTtl on average for three reads (8.3 µs of Redis CPU per id, 115,000
+ * ids/s in that phase); spans of idTtl keep them 1.5 × idTtl for two (6.5 µs, 145,000 ids/s), a
+ * fifth of the memory more for a fifth of the CPU less. Hashes are kept at a few dozen ids
+ * (BUCKET_FILL, BUCKET_TARGET): smaller ones cost the same per read and more bytes per id.
  *
  * The directory `relay:{T}:meta` holds, per live bucket, `b<bucket id>` = "<F>,<start>,<end>,
  * <expires at>" (Redis server time, ms; the bucket id is its start), `c` = the current bucket, `n` =
@@ -67,7 +69,7 @@ import { createHash, hash } from "node:crypto";
  * changes nothing and answers "M", and the client reloads and retries.
  */
 
-export const BUCKETS_PER_TTL = 2;
+export const BUCKETS_PER_TTL = 1;
 /** Average ids per hash at which a bucket closes before its span ends (listpack holds up to 128). */
 export const BUCKET_FILL = 24;
 /** Average ids per hash a bucket opened after a full span is sized for. */

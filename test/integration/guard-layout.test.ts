@@ -153,7 +153,7 @@ test("a committed id is a field of its bucket's hash, not a key of its own; the 
 test("buckets: one opens when the current one's span ends; ids of every live bucket are duplicates; a bucket is forgotten idTtl after its span", async () => {
   const { url, admin } = await redis();
   const scope = uniqueName("B:SPAN");
-  // idTtl 4 s: each bucket takes commits for its span (2 s) and expires 4 s after that.
+  // idTtl 4 s: each bucket takes commits for its span (4 s) and expires 4 s after that.
   const g = await guard(url, scope, { idTtlMs: 4_000 });
   const span = bucketSpanMs(4_000);
   const first = Array.from({ length: 50 }, (_, i) => ({ id: `a${i}` }));
@@ -169,7 +169,7 @@ test("buckets: one opens when the current one's span ends; ids of every live buc
   assert.notEqual(dir2.current?.id, dir1.current?.id);
   assert.equal(dir2.current?.fanout, MIN_FANOUT, "sized for 50 ids in the previous span: the minimum");
   assert.deepEqual([...new Set(decisions(await g.claim([...first, ...second])))], ["duplicate"]);
-  // The first bucket expires span + 4 s after it opened; the second one more than a span later.
+  // The first bucket expires span + 4 s after it opened; the second one a span later.
   const bucketOfA = (await inspectId(admin, scope, "a0")).key;
   assert.ok(bucketOfA);
   await check(async () => (await admin.exists(bucketOfA)) === 0, {
