@@ -9,7 +9,7 @@
  * and, for context, what the NATS client alone does on this machine in one process:
  *   consume + ack each message (no publishing)                         = the source side's ceiling
  *   one process doing both sides: 1 / (1/consume + 1/publish)          = the client's bound for a relay
- * The relays run with the default link settings (batchSize 500; a self-sizing window up to inFlight 16384, 2048 with a guard), compiled (dist/), with the node options the image ships (SHIPPED_NODE_ARGS, README "Memory").
+ * The relays run with the default link settings (batchSize 500; a self-sizing window up to inFlight 16384, 2048 with a guard), compiled (dist/).
  * Each relay variant runs BENCH_REPEAT times (default 3), alternating, on fresh servers: the table
  * shows the median rate and the highest peak RSS of its runs (a shared machine is noisy).
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).

@@ -15,7 +15,6 @@ import Ajv2019Module from "ajv/dist/2019.js";
 import { parse } from "yaml";
 import { parseConfigText } from "../../src/config/load.js";
 import type { RelayConfig } from "../../src/config/types.js";
-import { SHIPPED_NODE_ARGS } from "../helpers/relays.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const COMPOSE = "docker-compose.yml";
@@ -734,10 +733,7 @@ test("the Dockerfile builds dist/ with npm ci and runs it as node from a product
   );
   assert.match(runtime, /^USER node$/m);
   assert.match(runtime, /^EXPOSE 9464$/m);
-  // The image runs the relay with the node options the benches run it with (SHIPPED_NODE_ARGS).
-  const entrypoint = /^ENTRYPOINT (\[.*\])$/m.exec(runtime)?.[1];
-  assert.ok(entrypoint, "the runtime stage has an exec-form ENTRYPOINT");
-  assert.deepEqual(JSON.parse(entrypoint), ["node", ...SHIPPED_NODE_ARGS, "dist/cli.js"]);
+  assert.match(runtime, /^ENTRYPOINT \["node", ?"dist\/cli\.js"\]$/m);
   assert.match(runtime, /^ENV RELAY_CONFIG=\/etc\/jetstream-relay\/relay\.yaml$/m);
   assert.match(runtime, /^CMD \["run"\]$/m);
   assert.match(runtime, /^\s+CMD \["node", ?"dist\/cli\.js", ?"health"\]$/m, "the health check asks the configured address");

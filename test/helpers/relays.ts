@@ -104,12 +104,6 @@ export async function writeConfig(yamlText: string): Promise<string> {
   return path;
 }
 
-/**
- * The V8 options the relay ships with (the Docker image's ENTRYPOINT, README "Memory"): a compiled
- * relay runs with them, as the image runs it. test/deploy/compose.test.ts keeps the two equal.
- */
-export const SHIPPED_NODE_ARGS: readonly string[] = ["--max-semi-space-size=4"];
-
 /** The CLI as a user runs it: `tsx src/cli.ts ...` in a child process. */
 export class RelayProcess {
   readonly stdout: string[] = [];
@@ -117,14 +111,10 @@ export class RelayProcess {
   private child: ChildProcess;
   readonly exited: Promise<number | null>;
 
-  /**
-   * `compiled`: run `dist/cli.js` (after `npm run build`) instead of the TypeScript source through
-   * tsx, with the node options the Docker image gives it (SHIPPED_NODE_ARGS); `nodeArgs` come after them.
-   */
+  /** `compiled`: run `dist/cli.js` (after `npm run build`) instead of the TypeScript source through tsx. */
   constructor(args: readonly string[], env: Record<string, string> = {}, opts: { compiled?: boolean; nodeArgs?: string[] } = {}) {
-    const entry = opts.compiled
-      ? [...SHIPPED_NODE_ARGS, ...(opts.nodeArgs ?? []), join(REPO_ROOT, "dist/cli.js")]
-      : [...(opts.nodeArgs ?? []), "--import", "tsx", join(REPO_ROOT, "src/cli.ts")];
+    const entry = opts.compiled ? [join(REPO_ROOT, "dist/cli.js")] : ["--import", "tsx", join(REPO_ROOT, "src/cli.ts")];
+    entry.unshift(...(opts.nodeArgs ?? []));
     this.child = spawn(process.execPath, [...entry, ...args], {
       cwd: REPO_ROOT,
       env: { ...process.env, ...env },
