@@ -2,7 +2,8 @@
  * npm run bench:profile — where the relay's CPU goes on the hot path.
  *
  * Relays a backlog of PROFILE_MESSAGES (default 200,000) × 512-byte messages between two local
- * nats-servers with the compiled relay under `node --cpu-prof`, then prints the relay's CPU seconds
+ * nats-servers with the compiled relay under `node --cpu-prof` (PROFILE_NODE_ARGS adds node options),
+ * then prints the relay's peak RSS and CPU seconds
  * per 100,000 messages and the functions with the most self time (and their share), grouped as the
  * hot path reads: the relay's own code, the NATS client, prom-client, Node internals.
  * The profile is written to bench/profiles/relay-<guard>.cpuprofile: open it in Chrome DevTools or
@@ -25,7 +26,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
@@ -130,12 +131,13 @@ async function main(): Promise<void> {
       console.log(`system calls of the relay while it relayed ${COUNT} messages:\n${straceOut.join("")}`);
     }
     const relayCpu = cpu.per100k(); // before the SIGTERM: the process's CPU is read from /proc
+    const peakRss = peakRssMb(proc.pid);
     if (redisUrl) await printGuardCalls(redisUrl, ((cpuSeconds(redisPid) - redisCpu0) * 100_000) / COUNT);
     proc.signal("SIGTERM");
     await proc.exited;
     if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
-    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}${wan ? `, ${2 * WAN_ONE_WAY_MS} ms round trip to the source` : ""}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k`);
+    console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}${wan ? `, ${2 * WAN_ONE_WAY_MS} ms round trip to the source` : ""}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k, peak RSS ${peakRss?.toFixed(0) ?? "-"} MB`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);
