@@ -161,6 +161,10 @@ test("buckets: one opens when the current one's span ends; ids of every live buc
   await relay(g, first);
   const dir1 = parseDirectory(await admin.hgetall(new GroupKeys(scope, 0).meta), Date.now());
   assert.equal(dir1.buckets.length, 1);
+  // Two generations: a bucket takes commits for a whole idTtl and is kept for one more.
+  const b1 = dir1.buckets[0]!;
+  assert.equal(b1.end - b1.start, 4_000, JSON.stringify(b1));
+  assert.equal(b1.expiresAt - b1.end, 4_000, JSON.stringify(b1));
   await delay(span + 200);
   // The commit finds the span over, opens a bucket (the script answers "M") and retries in it.
   await relay(g, second);
