@@ -48,10 +48,11 @@ test("over a 300 ms round trip with default settings the window starts at its ca
   assert.equal(maxAckPending, CAP, "the consumer is placed with the window at its cap");
   assert.equal(await window(), CAP, "placed across a WAN, the window is at its cap");
   const status = relay.status().links[0]?.window;
-  assert.ok(status && status.rttMs !== undefined && status.rttMs >= 300 && status.rttMs < 1_000, `the round trip is measured: ${JSON.stringify(status)}`);
+  // The proxy times its delays in whole milliseconds (Date.now()): each way may take up to 1 ms less.
+  assert.ok(status && status.rttMs !== undefined && status.rttMs >= 298 && status.rttMs < 1_000, `the round trip is measured: ${JSON.stringify(status)}`);
   assert.ok(status && WINDOW_LIMITS.includes(status.limit as WindowLimit), `a limit is named: ${JSON.stringify(status)}`);
   assert.equal(await metricValue(relay, "relay_window_limit", { link: "a-to-b", limit: status?.limit ?? "" }), 1, "the metric names the limit /status names");
-  assert.ok((await metricValue(relay, "relay_source_rtt_seconds", { link: "a-to-b" })) >= 0.3, "the round trip is exported");
+  assert.ok((await metricValue(relay, "relay_source_rtt_seconds", { link: "a-to-b" })) >= 0.298, "the round trip is exported");
   await waitForCount(ncb, dst, ids.length, 90_000, "every message over the WAN");
   await assertInOrder(ncb, dst, ids);
   assert.ok(peak <= CAP, `never more than the cap unacked (peak ${peak})`);
