@@ -25,6 +25,29 @@ function statusMb(pid: number | "self" | undefined, field: "VmHWM" | "VmRSS"): n
   }
 }
 
+/** Calls and microseconds of one Redis command, from INFO commandstats. */
+export interface CommandStat {
+  readonly calls: number;
+  readonly usec: number;
+}
+
+/**
+ * Redis's INFO commandstats, per command, since the server started or the last CONFIG RESETSTAT. A
+ * script's calls count under evalsha/eval (their usec include the commands they run, which are also
+ * counted under their own names).
+ */
+export async function redisCommandStats(admin: { info(section: string): Promise<string> }): Promise<Map<string, CommandStat>> {
+  const stats = await admin.info("commandstats");
+  const out = new Map<string, CommandStat>();
+  for (const m of stats.matchAll(/^cmdstat_([\w|]+):calls=(\d+),usec=(\d+)/gm)) out.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
+  return out;
+}
+
+/** The commands scripts run (every command but the scripts themselves and the benches' own admin calls). */
+export function scriptInnerCommands(stats: ReadonlyMap<string, CommandStat>): [string, CommandStat][] {
+  return [...stats].filter(([name]) => !/^(eval|evalsha|info|config|ping|client|hello|select|script|flushall|hkeys)/.test(name));
+}
+
 /**
  * The benches' relay config: regions a and b, one link `bench` from a/SRC to b/DST with the default
  * link settings, plus `linkExtra` (indented link keys) and `topExtra` (top-level keys). Returns its path.

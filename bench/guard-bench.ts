@@ -19,7 +19,8 @@
  * as they go for GUARD_BENCH_STEADY_S seconds (default 24) with an idTtl of 4 s (buckets of 4 s), so that buckets open
  * and expire as they do over hours in production and a claim reads every live bucket. The first half
  * warms up (the fan-out adapts, old buckets expire); the second half is measured: ids/s, live
- * buckets, Redis and client CPU per id.
+ * buckets, Redis and client CPU per id, and from Redis's INFO commandstats the commands the scripts
+ * ran per id (calls × µs each) and the scripts' own work around them.
  * Every figure is from this one run on this machine; the ratios compare the layouts.
  */
 import { readFileSync } from "node:fs";
@@ -30,6 +31,7 @@ import type { ClaimedItem, GuardItem } from "../src/guard/types.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { CLAIM_LUA as V1_CLAIM, COMMIT_LUA as V1_COMMIT } from "./fixtures/guard-v1-lua.js";
 import { BUCKETS_PER_TTL, GroupKeys } from "../src/guard/layout.js";
+import { redisCommandStats, scriptInnerCommands } from "./common.js";
 
 const COUNT = Number(process.env.GUARD_BENCH_IDS ?? 1_000_000);
 const BATCH = 500;
@@ -192,6 +194,10 @@ async function measure(
 
 interface SteadyResult {
   name: string;
+  /** Per command the scripts ran: calls per id × µs per call (INFO commandstats, measured half only). */
+  commands: string[];
+  /** The scripts' own work per id: their usec less that of the commands they ran. */
+  scriptUsPerId: number;
   liveBuckets: number;
   idsPerSec: number;
   redisCpuPer100k: number;
@@ -208,6 +214,7 @@ async function steady(url: string, admin: Redis, redisPid: number | undefined, l
   const item = () => ({ id: `steady-${name}-${n++}` });
   const half = (STEADY_SECONDS * 1_000) / 2;
   await drive(guard, Infinity, item, performance.now() + half);
+  await admin.config("RESETSTAT");
   const cpu0 = cpuSeconds(redisPid);
   const client0 = process.cpuUsage();
   const from = n;
@@ -215,11 +222,18 @@ async function steady(url: string, admin: Redis, redisPid: number | undefined, l
   const count = n - from;
   const cpu = cpuSeconds(redisPid) - cpu0;
   const clientUsage = process.cpuUsage(client0);
+  const commands = await redisCommandStats(admin);
   const directory = await admin.hkeys(new GroupKeys(scope, 0).meta);
   await guard.stop();
   await admin.flushall();
+  const inner = scriptInnerCommands(commands);
+  const innerUsec = inner.reduce((sum, [, c]) => sum + c.usec, 0);
   return {
     name,
+    commands: inner
+      .filter(([, c]) => c.calls / count >= 0.01)
+      .map(([cmd, c]) => `${cmd} ${(c.calls / count).toFixed(2)} × ${(c.usec / c.calls).toFixed(2)} µs`),
+    scriptUsPerId: ((commands.get("evalsha")?.usec ?? 0) + (commands.get("eval")?.usec ?? 0) - innerUsec) / count,
     liveBuckets: directory.filter((k) => k.startsWith("b")).length,
     idsPerSec: count / seconds,
     redisCpuPer100k: (cpu * 100_000) / count,
@@ -273,6 +287,8 @@ async function main(): Promise<void> {
             `${(r.redisCpuPer100k * 10).toFixed(2).padStart(15)} µs${(r.clientCpuPer100k * 10).toFixed(2).padStart(16)} µs`,
         );
       }
+      for (const r of runs)
+        console.log(`${r.name}: Redis per id: ${r.commands.join(", ")}; the scripts' own work ${r.scriptUsPerId.toFixed(2)} µs`);
       const [base, now] = runs as [SteadyResult, SteadyResult];
       console.log(
         `lease / keyed: ids/s ${ratio(now.idsPerSec, base.idsPerSec)}, Redis CPU per id ${ratio(now.redisCpuPer100k, base.redisCpuPer100k)}, client CPU per id ${ratio(now.clientCpuPer100k, base.clientCpuPer100k)}`,

@@ -26,7 +26,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, redisCommandStats, relayCpuMeter, scriptInnerCommands, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
@@ -171,11 +171,9 @@ async function publishAtRate(nc: NatsConnection, rate: number, count: number): P
 async function printGuardCalls(url: string, cpuPer100k: number): Promise<void> {
   const admin = new Redis(url);
   try {
-    const stats = String(await admin.info("commandstats"));
-    const calls = new Map<string, { calls: number; usec: number }>();
-    for (const m of stats.matchAll(/^cmdstat_([\w|]+):calls=(\d+),usec=(\d+)/gm)) calls.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
+    const calls = await redisCommandStats(admin);
     const scripts = (calls.get("evalsha")?.calls ?? 0) + (calls.get("eval")?.calls ?? 0);
-    const inner = [...calls].filter(([name]) => !/^(eval|evalsha|info|config|ping|client|hello|select|script)/.test(name));
+    const inner = scriptInnerCommands(calls);
     console.log(
       `guard: ${scripts} script calls (${(COUNT / Math.max(1, scripts / 2)).toFixed(0)} ids per claim + commit pair), Redis CPU ${cpuPer100k.toFixed(2)} s per 100k; ` +
         `per id: ${inner.map(([name, c]) => `${name} ${(c.calls / COUNT).toFixed(2)}`).join(", ")}`,
