@@ -52,7 +52,7 @@ import { createHash, hash } from "node:crypto";
  *    is closed early and followed by one with 4 × its fan-out.
  * A claim checks every bucket that has not expired: two hash reads per new id at a steady rate (more
  * for a while after the rate grew and buckets were closed early). Each read is a Redis command run
- * from the script, at 1.2-1.5 µs of Redis CPU apiece in bench:guard's steady phase whatever the
+ * from the script, at 1.0-1.5 µs of Redis CPU apiece in bench:guard's steady phase whatever the
  * hash's size (8 or 16 ids per hash cost the same): reads per id are what a claim costs. Spans of
  * idTtl/2 kept ids 1.25 × idTtl on average for three reads (8.3 µs of Redis CPU per id, 115,000
  * ids/s in that phase); spans of idTtl keep them 1.5 × idTtl for two (6.5 µs, 145,000 ids/s), a
