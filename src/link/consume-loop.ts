@@ -201,6 +201,13 @@ export class ConsumeLoop {
           // A heartbeat a second while no message comes: two missed and the link says `stalled`
           // within seconds of a silent path (the connection's PINGs then leave it).
           idle_heartbeat: IDLE_HEARTBEAT_MS,
+          // Heartbeats missing, the client pulls again at once, every heartbeat, rather than asking
+          // for the consumer's info first: that waits on the consumer's leader, and a hung leader made
+          // each try wait out its timeout (5 s) and a backoff (2.5-7.5 s), so the flow resumed up to
+          // 12.5 s after a new leader was elected. A pull reaches whichever node leads. A consumer that
+          // vanished is still found: pulls waiting on it end with 409 (consumer_deleted), and the
+          // backlog probe reads its info every poll (backlog-poll.ts).
+          bind: true,
           callback: (m: JsMsg) => this.onMessage(m),
         });
         this.messages = messages;
