@@ -106,7 +106,8 @@ async function main(): Promise<void> {
     const redisCpu0 = cpuSeconds(redisPid);
     if (WAN_ONE_WAY_MS > 0) wan = await startDelayProxy({ port: Number(new URL(a.url).port), oneWayMs: WAN_ONE_WAY_MS });
     const sourceUrl = wan ? `nats://127.0.0.1:${wan.port}` : a.url;
-    const config = await writeBenchConfig(sourceUrl, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+    const linkYaml = [guardYaml, process.env.PROFILE_LINK ? `    ${process.env.PROFILE_LINK}` : ""].filter(Boolean).join("\n");
+    const config = await writeBenchConfig(sourceUrl, b.url, linkYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: ${process.env.PROFILE_LOG_LEVEL ?? "warn"} }`);
     const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--cpu-prof", `--cpu-prof-dir=${tmp}`] });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];

@@ -5,7 +5,7 @@ import { toRelayError } from "../errors.js";
 import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
-import { LAN_START, WAN_RTT_MS, WINDOW_LIMITS, WindowController } from "./window-controller.js";
+import { WAN_RTT_MS, WINDOW_LIMITS, WindowController } from "./window-controller.js";
 import type { WindowLimit } from "./window-controller.js";
 
 /** How often the round trip to the source is measured (one PING per connection), and how long a measurement may take. */
@@ -19,13 +19,16 @@ const PATH_RTT_SPAN_MS = 60_000;
  * grow: it starts at its cap, where the fixed window used to be. So does a link whose source is across
  * a WAN (`rttMs`, the round trip measured as the cursor is placed, ≥ WAN_RTT_MS): slow start costs a
  * round trip per doubling there, and a backlog across 200 ms spent its first second on it. Others start
- * at half the cap, at most LAN_START (at least two batches), and grow once per poll: a link within a
- * region needs no more, and a window it holds costs memory. The memory is bounded by inFlightBytes
- * whatever the window.
+ * at two batches and grow while the round trip holds them (slow start, up to LAN_START within a region;
+ * rate × RTT × HEADROOM each poll): two batches carry 1,000,000 msgs/s over 1 ms. A window larger than
+ * the link needs is not free: every message it holds lives through young-generation GCs, which copy
+ * it, and is then promoted. On loopback, a backlog started at 4,096 spent 1.1 s of 5.8 s of relay CPU
+ * in scavenges and peaked at 210-240 MB; at two batches 0.7 s and 180-200 MB, at the same rate.
+ * The memory is bounded by inFlightBytes whatever the window.
  */
 export function initialWindow(link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">, rttMs?: number): number {
   if (link.guard || (rttMs !== undefined && rttMs >= WAN_RTT_MS)) return link.inFlight;
-  return Math.max(2 * link.batchSize, Math.min(LAN_START, Math.floor(link.inFlight / 2)));
+  return Math.min(link.inFlight, 2 * link.batchSize);
 }
 
 /** The window as `/status` shows it. */
@@ -78,7 +81,8 @@ export class LinkWindow {
   /**
    * The lowest round trip measured within PATH_RTT_SPAN_MS (kept until a lower one, or until it is
    * older than that): the path without the queues. On loopback under a backlog a PING waits behind the
-   * messages in the socket buffers and reads 10–20 ms; slow start judges LAN or WAN by this one.
+   * messages in the socket buffers and reads 10–80 ms; slow start judges LAN or WAN by this one, and
+   * whether a round came at the round trip's pace.
    */
   private pathRtt: { readonly ms: number; readonly at: number } | undefined;
   private ratePerSec = 0;
@@ -90,13 +94,15 @@ export class LinkWindow {
   private applied: number;
   private updating: Promise<void> | undefined;
   private observedAt = performance.now();
+  /** The event loop's busy time at the last observation: the share since then tells a relay at its CPU limit. */
+  private elu = performance.eventLoopUtilization();
   /** The fewest messages held at a delivery since the last observation (the controller's `minHeld`). */
   private minHeld = Infinity;
   /**
    * Slow start's round: deliveries since it began and the fewest held at any of them. The first round
    * after the cursor is placed only starts the clock (it began with nothing held).
    */
-  private round = { delivered: 0, minHeld: Infinity, first: true };
+  private round = { delivered: 0, minHeld: Infinity, first: true, startedAt: 0 };
   /** What the window's gauges show now. */
   private readonly exported: { limit?: string; rttMs?: number | undefined } = {};
 
@@ -148,9 +154,10 @@ export class LinkWindow {
     if (held < round.minHeld) round.minHeld = held;
     if (++round.delivered < this.controller.window) return;
     const first = round.first;
-    this.round = { delivered: 0, minHeld: Infinity, first: false };
+    const now = performance.now();
+    this.round = { delivered: 0, minHeld: Infinity, first: false, startedAt: now };
     if (first || this.throttled) return;
-    const decision = this.controller.roundTrip(round.minHeld, sourcePending, this.pathRtt?.ms);
+    const decision = this.controller.roundTrip(round.minHeld, sourcePending, this.pathRtt?.ms, now - round.startedAt);
     if (decision?.changed) {
       this.exportLimit(decision.limit);
       this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, pathRttMs: this.pathRtt?.ms, cap: decision.cap }, "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)");
@@ -167,7 +174,7 @@ export class LinkWindow {
    */
   placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}, rttMs?: number): void {
     this.held = false;
-    this.round = { delivered: 0, minHeld: Infinity, first: true };
+    this.round = { delivered: 0, minHeld: Infinity, first: true, startedAt: 0 };
     if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0 && this.rttMs === undefined) this.noteRtt(rttMs);
     if (this.delivered === 0) this.controller = this.newController(sizes);
     this.applied = this.controller.window;
@@ -213,7 +220,11 @@ export class LinkWindow {
     this.measureRtt();
     const since = this.observedAt;
     this.observedAt = performance.now();
+    const elu = performance.eventLoopUtilization();
+    const busy = performance.eventLoopUtilization(elu, this.elu).utilization;
+    this.elu = elu;
     const decision = this.controller.observe({
+      busy,
       rateCapped: this.deps.rate.heldSince(since),
       nowMs: performance.now(),
       rttMs: this.rttMs,

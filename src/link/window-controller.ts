@@ -29,7 +29,8 @@
  *    away (latency-bound, not saturated): the shrink is undone and the window is not shrunk below that
  *    again while the destination stays the limit (no downward spiral).
  *  - "relay": the relay holds at least half the window (throughout) but little of it awaits the destination (messages
- *    wait inside the relay: guard, CPU). No growth: a larger window would only queue more inside.
+ *    wait inside the relay: guard, CPU), or its event loop was busy BUSY (90 %) of the time since the last
+ *    observation. No growth: a larger window would only queue more inside.
  *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
  *    starts with it.
  *  - "rate cap": the link's maxRate (rate-cap.ts) held deliveries since the last observation: no growth
@@ -37,7 +38,8 @@
  *    cap needs, max(rate × 1 s, rate × RTT × HEADROOM) (bytes over the average message), so the first
  *    window is at most that burst and nothing waits behind the cap much longer than that.
  * Between observations the window also grows per round trip while the round trip limits (`roundTrip`:
- * slow start), so a backlog across 300 ms reaches the cap in a round or two, not in seconds.
+ * slow start), so a backlog across 300 ms reaches the cap in a round or two, not in seconds; a round
+ * that took much longer than the path's round trip was paced by something else, and does not grow it.
  * The window never goes below batchSize (one pull) nor above max(batchSize, caps). `changed` is true only
  * when the window moved by ≥ 25 % or reached/left a cap or the batchSize floor; smaller moves are not
  * taken at all, so `window` is always what the caller last applied (MaxAckPending updates stay rare).
@@ -75,6 +77,12 @@ export interface WindowSample {
   readonly sourcePending: number;
   /** The link's rate cap held deliveries since the previous observation (rate-cap.ts). */
   readonly rateCapped?: boolean;
+  /**
+   * The share of the time since the last sample the relay's event loop was busy (0-1): at BUSY or more
+   * the relay is what limits, however little it holds (its CPU cannot take more; on loopback what it
+   * has not read yet waits in the socket buffers, where it looks like a window on the wire).
+   */
+  readonly busy?: number;
 }
 
 export interface WindowDecision {
@@ -119,6 +127,22 @@ export const WAN_RTT_MS = 10;
  * slow start used to double it to the cap: the relay held four times the messages for nothing.
  */
 export const LAN_START = 4_096;
+
+/**
+ * A slow-start round (a window's worth of deliveries) that took longer than this many path round trips,
+ * plus ROUND_PACED_SLACK_MS, was not held by the round trip: a window held back by the round trip comes
+ * in about one. Something else set its pace (the relay's CPU, the servers), and a larger window only
+ * holds more messages: on loopback a backlog's rounds of 1,000 took 25-40 ms over a 0.9 ms path, and
+ * slow start took the window to 8,000 — more live objects for every young-generation GC to copy.
+ */
+const ROUND_PACED = 2;
+const ROUND_PACED_SLACK_MS = 5;
+/**
+ * An event loop busy this share of the time is the relay's limit (a sample's `busy`). A loopback
+ * backlog ran the relay's loop at 0.95-1.0; a PING then waits behind the unread messages (10-80 ms),
+ * and rate × that round trip grew the window to what the queue held.
+ */
+export const BUSY = 0.9;
 
 /** startingWindow judges the round trip at this rate (msgs/s). */
 export const REFERENCE_RATE_PER_SEC = 10_000;
@@ -303,6 +327,7 @@ export class WindowController {
     } else {
       this.leaveDestination();
       if (sample.sourcePending <= 0) limit = "idle";
+      else if ((sample.busy ?? 0) >= BUSY) limit = "relay";
       else {
         // The window limits: the relay holds little, the rest of it is on the wire, and the rate over
         // the round trip fills it (or no round trip is known to say otherwise).
@@ -331,15 +356,18 @@ export class WindowController {
    * round trip is what limits: the window doubles now, up to the cap, instead of a second later. Not
    * while a cap, the destination or the relay holds it (the observations decide those), nor past
    * LAN_START while the path's round trip (`rttMs`: LinkWindow passes the lowest measured lately) is
-   * under WAN_RTT_MS. Returns the
-   * decision, or undefined when the window stays.
+   * under WAN_RTT_MS, nor when the round (`roundMs`, its first delivery to its last) took more than
+   * ROUND_PACED round trips and ROUND_PACED_SLACK_MS. Returns the decision, or undefined when the
+   * window stays.
    */
-  roundTrip(minHeld: number, sourcePending: number, rttMs?: number): WindowDecision | undefined {
+  roundTrip(minHeld: number, sourcePending: number, rttMs?: number, roundMs?: number): WindowDecision | undefined {
     if (this.currentLimit !== "rtt" && this.currentLimit !== "idle") return undefined;
     if (minHeld >= this.current * HELD_MOST || sourcePending < this.current) return undefined;
-    if (rttMs !== undefined && rttMs < WAN_RTT_MS && this.current >= LAN_START) return undefined;
+    const lan = rttMs !== undefined && rttMs < WAN_RTT_MS;
+    if (lan && this.current >= LAN_START) return undefined;
+    if (rttMs !== undefined && roundMs !== undefined && roundMs > ROUND_PACED * rttMs + ROUND_PACED_SLACK_MS) return undefined;
     const { cap, capLimit } = this.cap();
-    const next = clamp(this.current * GROWTH, this.batchSize, cap);
+    const next = clamp(this.current * GROWTH, this.batchSize, lan ? Math.min(cap, LAN_START) : cap);
     if (next <= this.current) return undefined;
     const before = this.current;
     this.current = next;

@@ -13,7 +13,7 @@ links:
   - { name: a-to-b, from: { region: a, stream: SRC }, to: { region: b, stream: DST } }
 `;
 
-/** A link's window with its defaults (start 4096, cap 16384), no consumer to update (jsm undefined). */
+/** A link's window with its defaults (start 1000, cap 16384), no consumer to update (jsm undefined). */
 function windowOf(placedRttMs?: number, pingMs?: number) {
   const config = parseConfigText(CONFIG, "test.yaml", {}).links[0]!;
   const registry = new Registry();
@@ -32,47 +32,50 @@ function windowOf(placedRttMs?: number, pingMs?: number) {
 
 test("link window: slow start doubles after a round trip's deliveries found the relay holding little (not in the first round, which began with nothing held)", async () => {
   const w = windowOf();
-  assert.equal(w.window.maxAckPending, 4096);
-  w.deliver(4096, 0);
-  assert.equal(w.window.maxAckPending, 4096, "the first round only starts the clock");
-  w.deliver(4095, 100);
-  assert.equal(w.window.maxAckPending, 4096, "a round is a whole window of deliveries");
+  assert.equal(w.window.maxAckPending, 1000);
+  w.deliver(1000, 0);
+  assert.equal(w.window.maxAckPending, 1000, "the first round only starts the clock");
+  w.deliver(999, 100);
+  assert.equal(w.window.maxAckPending, 1000, "a round is a whole window of deliveries");
   w.deliver(1, 100);
-  assert.equal(w.window.maxAckPending, 8192);
-  w.deliver(8192, 100);
-  assert.equal(w.window.maxAckPending, 16384, "doubled again after the next round's deliveries");
+  assert.equal(w.window.maxAckPending, 2000);
+  for (const next of [4000, 8000, 16000, 16384]) {
+    w.deliver(w.window.maxAckPending, 100);
+    assert.equal(w.window.maxAckPending, next, "doubled again after the next round's deliveries, up to the cap");
+  }
   assert.equal(w.window.status().limit, "messages cap");
   assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), 16384);
   assert.equal(await w.gauge("relay_window_limit", { link: "a-to-b", limit: "messages cap" }), 1);
 });
 
-test("link window: a cursor placed across a WAN (a round trip of 10 ms or more before it) starts at the cap, on a shorter one at half of it, at most 4096", async () => {
-  for (const [rtt, start] of [[undefined, 4096], [0.3, 4096], [9.9, 4096], [10, 16384], [200, 16384]] as const) {
+test("link window: a cursor placed across a WAN (a round trip of 10 ms or more before it) starts at the cap, on a shorter one at two batches", async () => {
+  for (const [rtt, start] of [[undefined, 1000], [0.3, 1000], [9.9, 1000], [10, 16384], [200, 16384]] as const) {
     const w = windowOf(rtt);
     assert.equal(w.window.maxAckPending, start, `placed after a ${rtt} ms round trip`);
     assert.equal(await w.gauge("relay_pull_window_messages", { link: "a-to-b" }), start);
   }
   const link = { guard: undefined, batchSize: 500 };
-  assert.deepEqual([initialWindow({ ...link, inFlight: 6000 }), initialWindow({ ...link, inFlight: 600 }), initialWindow({ ...link, inFlight: 6000 }, 10)], [3000, 1000, 6000], "half a smaller cap (at least two batches); the cap across a WAN");
+  assert.deepEqual([initialWindow({ ...link, inFlight: 6000 }), initialWindow({ ...link, inFlight: 600 }), initialWindow({ ...link, inFlight: 6000 }, 10)], [1000, 600, 6000], "two batches, at most the cap; the cap across a WAN");
   const wan = windowOf(200);
   assert.equal(wan.window.status().rttMs, 200, "the placement's round trip stands in until a PING measures one");
 });
 
 test("link window: no slow start while the relay holds most of the window, nor when less than a window waits at the source", () => {
   const busy = windowOf();
-  busy.deliver(3 * 4096, 3000);
-  assert.equal(busy.window.maxAckPending, 4096, "the relay held most of it at every delivery: the relay limits");
+  busy.deliver(3 * 1000, 600);
+  assert.equal(busy.window.maxAckPending, 1000, "the relay held most of it at every delivery: the relay limits");
   const short = windowOf();
-  short.deliver(3 * 4096, 0, 1000);
-  assert.equal(short.window.maxAckPending, 4096, "1,000 waiting: a larger window would carry nothing more");
+  short.deliver(3 * 1000, 0, 900);
+  assert.equal(short.window.maxAckPending, 1000, "900 waiting: a larger window would carry nothing more");
 });
 
-test("link window: within a region (a round trip under 10 ms) slow start stops at 4096, where a link starts there, also when a PING reads the queue; with the round trip unknown it doubles", async () => {
+test("link window: within a region (a round trip under 10 ms) slow start stops at 4096, also when a PING reads the queue; with the round trip unknown it doubles", async () => {
   // Loopback under a backlog: the server's and the socket's buffers hold what the relay has not read
   // yet, so the relay holds little at some delivery of each round, as if the window were on the wire.
+  // (These rounds take no time: the round trip would hold them.)
   const lan = windowOf(0.3);
-  lan.deliver(5 * 4096, 100);
-  assert.equal(lan.window.maxAckPending, 4096, "a 0.3 ms round trip: 4096 carry 13 million msgs/s; no growth");
+  lan.deliver(10 * 4096, 100);
+  assert.equal(lan.window.maxAckPending, 4096, "a 0.3 ms round trip: 4096 carry 13 million msgs/s; no growth past it");
   assert.equal(await lan.gauge("relay_pull_window_messages", { link: "a-to-b" }), 4096);
   // A PING under the backlog waits behind the messages in the socket buffers: 16 ms is the queue, not
   // the path; the lowest round trip of the last minute (the placement's 0.3 ms) still says LAN.
@@ -80,10 +83,10 @@ test("link window: within a region (a round trip under 10 ms) slow start stops a
   queued.window.observe({ held: 100, heldBytes: 51_200, awaitingDestination: 0, sourcePending: 100_000 });
   await new Promise((resolve) => setImmediate(resolve));
   assert.equal(queued.window.status().rttMs, 16, "the PING's reading is the round trip shown");
-  queued.deliver(5 * 4096, 100);
+  queued.deliver(10 * 4096, 100);
   assert.equal(queued.window.maxAckPending, 4096, "slow start judges the path by its lowest round trip");
   // The same rounds with the round trip unknown (no placement reading yet) double as before.
   const unknown = windowOf();
-  unknown.deliver(4096 + 4096, 100);
-  assert.equal(unknown.window.maxAckPending, 8192);
+  unknown.deliver(1000 + 1000, 100);
+  assert.equal(unknown.window.maxAckPending, 2000);
 });

@@ -245,6 +245,20 @@ test("the relay itself the bottleneck: limit relay, no growth", () => {
   assert.ok(w < 4000, `window ${w}: grew only while the round trip held it`);
 });
 
+test("a relay whose event loop is busy 90 % of the time is the limit, however little it holds: no growth on a PING that read the queue", () => {
+  // Loopback under a backlog: the relay holds 100 of 1,000, the rest waits unread in the socket
+  // buffers, and a PING behind it reads 40 ms: rate × 40 ms × 2 would grow the window to 2,400.
+  const sample = (nowMs: number, delivered: number, busy: number) => ({ nowMs, rttMs: 40, delivered, deliveredBytes: delivered * 512, held: 100, heldBytes: 51_200, awaitingDestination: 0, sourcePending: 100_000, busy });
+  const busy = new WindowController({ ...BIG, initial: 1000 });
+  busy.observe(sample(0, 0, 0.97));
+  const d = busy.observe(sample(1000, 30_000, 0.97));
+  assert.deepEqual([d.limit, d.window, d.changed], ["relay", 1000, false]);
+  const idle = new WindowController({ ...BIG, initial: 1000 });
+  idle.observe(sample(0, 0, 0.5));
+  const g = idle.observe(sample(1000, 30_000, 0.5));
+  assert.deepEqual([g.limit, g.window, g.changed], ["rtt", 2000, true], "half busy: the round trip limits, it grows");
+});
+
 test("idle or caught up: the window stays, limit idle", () => {
   const c = new WindowController(BIG);
   const sim = new Sim(c);
@@ -341,6 +355,22 @@ test("slow start: a round that found the relay holding little, with a backlog be
   held.observe({ ...base, nowMs: 1000, delivered: 4000, deliveredBytes: 4000 * KiB, held: 4000, minHeld: 3000, awaitingDestination: 3500 });
   assert.equal(held.limit, "destination");
   assert.equal(held.roundTrip(0, 50_000), undefined);
+});
+
+test("slow start: a round paced slower than the path's round trip does not grow the window; within a region it stops at 4096", () => {
+  // Loopback, 0.9 ms: a round of 1,000 deliveries in 30 ms was paced by the relay or the servers.
+  const lan = new WindowController({ ...BIG, initial: 1000 });
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 30), undefined, "30 ms for a round over 0.9 ms: not the round trip's pace");
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 6.9), undefined, "just over 2 round trips and 5 ms");
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 6.7)?.window, 2000, "within 2 round trips and 5 ms: the round trip held it");
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 1)?.window, 4000);
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 1)?.window, 4096, "not past 4096 within a region (a doubling that would pass it stops there)");
+  assert.equal(lan.roundTrip(100, 50_000, 0.9, 1), undefined);
+  // Across 300 ms a round comes in about one round trip.
+  const wan = new WindowController({ ...BIG, initial: 4096 });
+  assert.equal(wan.roundTrip(100, 50_000, 300, 320)?.window, 8192, "a round in about one round trip: the window limits");
+  assert.equal(wan.roundTrip(100, 50_000, 300, 700), undefined, "over two round trips: something else paced it");
+  assert.equal(wan.roundTrip(100, 50_000, 300)?.window, 16_384, "no round time known: judged as before");
 });
 
 test("who limits is judged by what the relay held throughout, not at the moment of the sample: a burst just delivered is the round trip's", () => {
