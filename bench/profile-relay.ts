@@ -3,8 +3,8 @@
  *
  * Relays a backlog of PROFILE_MESSAGES (default 200,000) × 512-byte messages between two local
  * nats-servers with the compiled relay under `node --cpu-prof` (PROFILE_NODE_ARGS adds node options),
- * then prints the relay's peak RSS and CPU seconds
- * per 100,000 messages and the functions with the most self time (and their share), grouped as the
+ * then prints the relay's peak RSS, CPU seconds per 100,000 messages, its garbage collections by kind
+ * and their time (bench/gc-probe.mjs), and the functions with the most self time (and their share), grouped as the
  * hot path reads: the relay's own code, the NATS client, prom-client, Node internals.
  * The profile is written to bench/profiles/relay-<guard>.cpuprofile: open it in Chrome DevTools or
  * speedscope for the flame graph. PROFILE_GUARD=redis profiles the guarded relay. PROFILE_STRACE=1
@@ -14,6 +14,8 @@
  * per 100k counts from the first published message; for a backlog, from the first relayed one (like the rate).
  * PROFILE_WAN_ONE_WAY_MS=150 puts the source region behind the test kit's delay proxy (a 300 ms round
  * trip): the relay then holds its whole window, which shows what the relay does per message held.
+ * PROFILE_LINK adds a link setting (e.g. "inFlight: 1024"); PROFILE_LOG_LEVEL=info logs the window's
+ * decisions, and PROFILE_GC_LOG=<file> writes the relay's output there.
  */
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
@@ -108,7 +110,11 @@ async function main(): Promise<void> {
     const sourceUrl = wan ? `nats://127.0.0.1:${wan.port}` : a.url;
     const linkYaml = [guardYaml, process.env.PROFILE_LINK ? `    ${process.env.PROFILE_LINK}` : ""].filter(Boolean).join("\n");
     const config = await writeBenchConfig(sourceUrl, b.url, linkYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: ${process.env.PROFILE_LOG_LEVEL ?? "warn"} }`);
-    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--cpu-prof", `--cpu-prof-dir=${tmp}`] });
+    const gcOut = join(tmp, "gc.json");
+    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], { GC_PROBE_OUT: gcOut }, {
+      compiled: true,
+      nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--import", join(REPO_ROOT, "bench/gc-probe.mjs"), "--cpu-prof", `--cpu-prof-dir=${tmp}`],
+    });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
     strace?.stderr?.on("data", (d: Buffer) => straceOut.push(d.toString()));
@@ -139,6 +145,8 @@ async function main(): Promise<void> {
     if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
     console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}${wan ? `, ${2 * WAN_ONE_WAY_MS} ms round trip to the source` : ""}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k, peak RSS ${peakRss?.toFixed(0) ?? "-"} MB`);
+    const gc = JSON.parse(readFileSync(gcOut, "utf8")) as Record<string, { count: number; ms: number }>;
+    console.log(`garbage collection in the relay (the whole process): ${Object.entries(gc).map(([kind, g]) => `${g.count} ${kind} ${Math.round(g.ms)} ms`).join(", ")}`);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);

@@ -1,0 +1,23 @@
+// Loaded into the profiled relay (`node --import`): counts its garbage collections by kind and the time
+// they took, and writes them to GC_PROBE_OUT as JSON when the process exits (bench/profile-relay.ts).
+import { writeFileSync } from "node:fs";
+import { PerformanceObserver, constants } from "node:perf_hooks";
+
+const KINDS = {
+  [constants.NODE_PERFORMANCE_GC_MINOR]: "scavenges",
+  [constants.NODE_PERFORMANCE_GC_MAJOR]: "mark-compacts",
+  [constants.NODE_PERFORMANCE_GC_INCREMENTAL]: "incremental marking",
+  [constants.NODE_PERFORMANCE_GC_WEAKCB]: "weak callbacks",
+};
+const totals = {};
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) {
+    const kind = KINDS[e.detail?.kind] ?? "other";
+    totals[kind] ??= { count: 0, ms: 0 };
+    totals[kind].count++;
+    totals[kind].ms += e.duration;
+  }
+}).observe({ entryTypes: ["gc"] });
+process.on("exit", () => {
+  if (process.env.GC_PROBE_OUT) writeFileSync(process.env.GC_PROBE_OUT, JSON.stringify(totals));
+});
