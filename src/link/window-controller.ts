@@ -139,7 +139,7 @@ const ROUND_PACED = 2;
 const ROUND_PACED_SLACK_MS = 5;
 /**
  * An event loop busy this share of the time is the relay's limit (a sample's `busy`). A loopback
- * backlog ran the relay's loop at 0.95-1.0; a PING then waits behind the unread messages (10-80 ms),
+ * backlog ran the relay's loop at 0.92-0.98 each second; a PING then waits behind the unread messages (10-80 ms),
  * and rate × that round trip grew the window to what the queue held.
  */
 export const BUSY = 0.9;
