@@ -50,7 +50,8 @@ export interface FaultReport {
   /** Stored messages that are no expected message: unknown id, no id, or an expected id on the wrong subject. */
   readonly extra: number;
   /** First 10 ids of each kind. */
-  readonly samples: { lost: string[]; duplicated: string[]; reordered: string[] };
+  /** Up to 10 ids of each; an extra as "<id or (no id)> on <subject>". */
+  readonly samples: { lost: string[]; duplicated: string[]; reordered: string[]; extra: string[] };
   /** `/healthz` probes while the fault was on; attached by the test. */
   readonly liveness?: LivenessReport;
   /** relay_messages_total{outcome="relayed"}, when the test could read it. */
@@ -97,6 +98,7 @@ export function computeReport(
 
   const copies = new Map<string, number>();
   let extra = 0;
+  const extraIds: string[] = [];
   let duplicated = 0;
   const duplicatedIds: string[] = [];
   let reordered = 0;
@@ -111,6 +113,7 @@ export function computeReport(
     const s = copy.id === undefined ? undefined : byId.get(copy.id);
     if (!s || copy.subject !== subjectOf(s)) {
       extra++;
+      if (extraIds.length < SAMPLES) extraIds.push(`${copy.id ?? "(no id)"} on ${copy.subject}`);
       continue;
     }
     // Every copy moves an entity's state, so a late older copy is a regression even when duplicated.
@@ -146,7 +149,7 @@ export function computeReport(
     reorderedBySubject,
     versionsRegressed,
     extra,
-    samples: { lost: lostIds.slice(0, SAMPLES), duplicated: duplicatedIds, reordered: reorderedIds },
+    samples: { lost: lostIds.slice(0, SAMPLES), duplicated: duplicatedIds, reordered: reorderedIds, extra: extraIds },
   };
 }
 

@@ -25,9 +25,12 @@ export interface StreamSpec {
   allowRollup?: boolean;
 }
 
+/** How long creating a replicated stream may keep timing out before the test fails (see createStream). */
+const REPLICATED_CREATE_MS = 30_000;
+
 export async function createStream(nc: NatsConnection, spec: StreamSpec): Promise<void> {
   const jsm = await jetstreamManager(nc);
-  await jsm.streams.add({
+  const config = {
     name: spec.name,
     subjects: spec.subjects,
     retention: RetentionPolicy.Limits,
@@ -37,7 +40,19 @@ export async function createStream(nc: NatsConnection, spec: StreamSpec): Promis
     ...(spec.maxAgeMs ? { max_age: nanos(spec.maxAgeMs) } : {}),
     ...(spec.maxMsgs ? { max_msgs: spec.maxMsgs } : {}),
     ...(spec.allowRollup ? { allow_rollup_hdrs: true } : {}),
-  });
+  };
+  // A replicated stream's creation answers once its group elected a leader, which on a loaded machine
+  // can outlast one API timeout (seen once: 5 s on a fresh 3-node cluster). Adding the same config
+  // again is idempotent, so a timeout is retried, within REPLICATED_CREATE_MS.
+  const until = Date.now() + REPLICATED_CREATE_MS;
+  for (;;) {
+    try {
+      await jsm.streams.add(config);
+      return;
+    } catch (err) {
+      if ((spec.replicas ?? 1) === 1 || (err as Error).name !== "TimeoutError" || Date.now() > until) throw err;
+    }
+  }
 }
 
 export interface OutMessage {
