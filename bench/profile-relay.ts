@@ -46,6 +46,25 @@ interface CpuProfile {
   timeDeltas: number[];
 }
 
+/** What bench/gc-probe.mjs writes: GCs by kind, and the relay's memory when its RSS peaked. */
+interface GcProbe {
+  gc: Record<string, { count: number; ms: number }>;
+  peak: { rss: number; heapTotal?: number; heapUsed?: number; external?: number; arrayBuffers?: number; spaces?: Record<string, number> };
+}
+
+function printPeak(peak: GcProbe["peak"]): void {
+  const mb = (n: number | undefined) => `${((n ?? 0) / 1048576).toFixed(0)} MB`;
+  const spaces = Object.entries(peak.spaces ?? {})
+    .filter(([, size]) => size >= 1048576)
+    .map(([name, size]) => `${name.replace(/_space$/, "")} ${mb(size)}`)
+    .join(", ");
+  console.log(
+    `memory at the relay's peak RSS ${mb(peak.rss)} (sampled every 20 ms): V8 heap ${mb(peak.heapTotal)} (${spaces}; ${mb(peak.heapUsed)} used), ` +
+      `Buffers ${mb(peak.arrayBuffers)}, other memory outside the heap ${mb((peak.external ?? 0) - (peak.arrayBuffers ?? 0))}, ` +
+      `the rest (code, stacks, allocator) ${mb(peak.rss - (peak.heapTotal ?? 0) - (peak.external ?? 0))}`,
+  );
+}
+
 function area(url: string): string {
   if (url.includes("/dist/")) return "relay";
   if (url.includes("@nats-io")) return "nats client";
@@ -145,8 +164,9 @@ async function main(): Promise<void> {
     if (process.env.PROFILE_GC_LOG) writeFileSync(process.env.PROFILE_GC_LOG, proc.output());
     await Promise.all([nca.close(), ncb.close()]);
     console.log(`relay (guard ${GUARD}${RATE > 0 ? `, published at ${RATE}/s` : ", backlog"}${wan ? `, ${2 * WAN_ONE_WAY_MS} ms round trip to the source` : ""}): ${COUNT} messages in ${seconds.toFixed(2)} s (${Math.round(COUNT / seconds)} msgs/s), relay CPU ${relayCpu.toFixed(2)} s per 100k, peak RSS ${peakRss?.toFixed(0) ?? "-"} MB`);
-    const gc = JSON.parse(readFileSync(gcOut, "utf8")) as Record<string, { count: number; ms: number }>;
-    console.log(`garbage collection in the relay (the whole process): ${Object.entries(gc).map(([kind, g]) => `${g.count} ${kind} ${Math.round(g.ms)} ms`).join(", ")}`);
+    const probe = JSON.parse(readFileSync(gcOut, "utf8")) as GcProbe;
+    console.log(`garbage collection in the relay (the whole process): ${Object.entries(probe.gc).map(([kind, g]) => `${g.count} ${kind} ${Math.round(g.ms)} ms`).join(", ")}`);
+    printPeak(probe.peak);
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);

@@ -53,6 +53,14 @@ interface Result {
   relayCpu?: number;
   /** The relay process's CPU before its first relayed message (start, connect, consumer). */
   relayStartCpu?: number;
+  /** The client rows: this process's own CPU per 100,000 messages (measured, not derived from the rate). */
+  clientCpu?: number;
+}
+
+/** This process's CPU seconds per 100,000 messages since `from` (a process.cpuUsage() reading). */
+function ownCpuPer100k(from: NodeJS.CpuUsage, count: number): number {
+  const used = process.cpuUsage(from);
+  return ((used.user + used.system) / 1e6) * (100_000 / count);
 }
 
 /** Reads the CPU time of `pids` now; calling the result gives the seconds used since, per 100k messages. */
@@ -96,6 +104,7 @@ async function consumeAndAck(servers: LocalBackend): Promise<Result> {
   await jsm.consumers.add("SRC", { durable_name: "ceiling", ack_policy: AckPolicy.Explicit, max_ack_pending: 1024 });
   const consumer = await jetstream(nc).consumers.get("SRC", "ceiling");
   const started = performance.now();
+  const cpu0 = process.cpuUsage();
   let seen = 0;
   const done = new Promise<void>((resolve) => {
     void consumer.consume({
@@ -108,8 +117,9 @@ async function consumeAndAck(servers: LocalBackend): Promise<Result> {
   });
   await done;
   const seconds = (performance.now() - started) / 1000;
+  const clientCpu = ownCpuPer100k(cpu0, COUNT);
   await nc.close();
-  return { name: "client: consume + ack alone", msgsPerSec: COUNT / seconds, seconds };
+  return { name: "client: consume + ack alone", msgsPerSec: COUNT / seconds, seconds, clientCpu };
 }
 
 /** Runs each variant `REPEAT` times, alternating; the median rate and the highest peak RSS. */
@@ -184,7 +194,9 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
     const [fa] = await Promise.all([servers.startNats()]);
     const ncf = await connect({ servers: fa.url });
     await addStream(ncf, "FILL", ["fill.>"]);
+    const fillCpu0 = process.cpuUsage();
     const ceiling = await fill(ncf, "fill", COUNT, "c");
+    const publishCpu = ownCpuPer100k(fillCpu0, COUNT);
     await ncf.close();
     const consume = await consumeAndAck(servers);
     const bound = 1 / (1 / consume.msgsPerSec + 1 / ceiling);
@@ -192,9 +204,9 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
     const guardYaml = `    guard: { redis: { url: "${redis.url}" }, idTtl: 1h }`;
     const results: Result[] = [
       native,
-      { name: "raw JetStream publish ceiling", msgsPerSec: ceiling, seconds: COUNT / ceiling },
+      { name: "raw JetStream publish ceiling", msgsPerSec: ceiling, seconds: COUNT / ceiling, clientCpu: publishCpu },
       consume,
-      { name: "client: both sides in one process", msgsPerSec: bound, seconds: COUNT / bound },
+      { name: "client: both sides in one process", msgsPerSec: bound, seconds: COUNT / bound, clientCpu: publishCpu + (consume.clientCpu ?? NaN) },
       ...(await repeated([
         ["relay (broker dedup only)", () => relay(servers, "relay (broker dedup only)", "")],
         ["relay + Redis guard", () => relay(servers, "relay + Redis guard", guardYaml, redis.pid)],
@@ -211,24 +223,33 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
       console.log(
         `${r.name.padEnd(34)}${Math.round(r.msgsPerSec).toString().padStart(10)}${r.seconds.toFixed(2).padStart(10)}` +
           `${(r.msgsPerSec / base).toFixed(2).padStart(10)}x${(r.peakRssMb ? `${r.peakRssMb.toFixed(0)} MB` : "-").padStart(11)}` +
-          `${cpu(r.serverCpu)}${cpu(r.relayCpu)}`,
+          `${cpu(r.serverCpu)}${cpu(r.relayCpu ?? r.clientCpu)}`,
       );
     }
     const start = results.find((r) => r.relayStartCpu !== undefined)?.relayStartCpu;
     console.log(
-      `(CPU: seconds per 100,000 messages; server = the nats-servers, and Redis for the guarded relay; relay CPU from its first relayed message, like the rate: its start took ${start?.toFixed(2) ?? "?"} s once)`,
+      `(CPU: seconds per 100,000 messages; server = the nats-servers, and Redis for the guarded relay; relay CPU from its first relayed message, like the rate: its start took ${start?.toFixed(2) ?? "?"} s once; ` +
+        "for the client rows, the CPU this process used doing the client's work)",
     );
     const [unguarded, guarded] = [results[4], results[5]];
     console.log(`\nrelay runs (msgs/s): ${results.filter((r) => r.runs).map((r) => `${r.name}: ${r.runs?.map((x) => Math.round(x)).join(", ")}`).join("; ")}`);
     if (unguarded) console.log(`relay / client bound for one process: ${(unguarded.msgsPerSec / bound).toFixed(2)}x`);
+    const clientBoth = results[3]?.clientCpu;
+    if (unguarded?.relayCpu !== undefined && clientBoth !== undefined) {
+      // Like with like: CPU per message, whatever the machine's other processes took from the cores.
+      console.log(
+        `relay CPU per message / the client's own work (consume + ack, publish + PubAck, measured in this process): ` +
+          `${unguarded.relayCpu.toFixed(2)} s / ${clientBoth.toFixed(2)} s per 100k = ${(unguarded.relayCpu / clientBoth).toFixed(2)}x`,
+      );
+    }
     if (unguarded?.serverCpu !== undefined) {
       // What the servers spent per message in the relay run, plus the client's own cost of the four
-      // protocol operations (from the two ceilings, each run on one core), on every core of this machine.
-      const clientCpu = 100_000 / consume.msgsPerSec + 100_000 / ceiling;
+      // protocol operations (measured in the two client rows), on every core of this machine.
+      const clientCpu = clientBoth ?? 100_000 / consume.msgsPerSec + 100_000 / ceiling;
       const machineBound = (cpus().length * 100_000) / (unguarded.serverCpu + clientCpu);
       console.log(
         `estimated CPU bound of a relay that adds nothing to the client's own work, on ${cpus().length} cores shared with both servers: ` +
-          `${Math.round(machineBound)} msgs/s (${(machineBound / base).toFixed(2)}x native)`,
+          `${Math.round(machineBound)} msgs/s (${(machineBound / base).toFixed(2)}x native); the relay moved ${(unguarded.msgsPerSec / machineBound).toFixed(2)}x of it`,
       );
     }
     if (unguarded && guarded) console.log(`guarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
