@@ -14,6 +14,8 @@
  * per 100k counts from the first published message; for a backlog, from the first relayed one (like the rate).
  * PROFILE_WAN_ONE_WAY_MS=150 puts the source region behind the test kit's delay proxy (a 300 ms round
  * trip): the relay then holds its whole window, which shows what the relay does per message held.
+ * PROFILE_ALLOC=1 also prints what the relay allocated per relayed message, by function (V8's sampling
+ * heap profiler with collected objects included, bench/alloc-probe.mjs; it slows the relay down).
  * PROFILE_LINK adds a link setting (e.g. "inFlight: 1024"); PROFILE_LOG_LEVEL=info logs the window's
  * decisions, and PROFILE_GC_LOG=<file> writes the relay's output there.
  */
@@ -34,6 +36,8 @@ const COUNT = Number(process.env.PROFILE_MESSAGES ?? 200_000);
 const GUARD = process.env.PROFILE_GUARD ?? "none";
 const RATE = Number(process.env.PROFILE_RATE ?? 0);
 const WAN_ONE_WAY_MS = Number(process.env.PROFILE_WAN_ONE_WAY_MS ?? 0);
+/** PROFILE_ALLOC=1: also what the relay allocated, by function (bench/alloc-probe.mjs). */
+const ALLOC = process.env.PROFILE_ALLOC === "1";
 
 interface ProfileNode {
   id: number;
@@ -63,6 +67,36 @@ function printPeak(peak: GcProbe["peak"]): void {
       `Buffers ${mb(peak.arrayBuffers)}, other memory outside the heap ${mb((peak.external ?? 0) - (peak.arrayBuffers ?? 0))}, ` +
       `the rest (code, stacks, allocator) ${mb(peak.rss - (peak.heapTotal ?? 0) - (peak.external ?? 0))}`,
   );
+}
+
+/** V8's sampling heap profile (HeapProfiler.stopSampling). */
+interface AllocationNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: AllocationNode[];
+}
+interface AllocationProfile {
+  head: AllocationNode;
+}
+
+/** What the relay allocated over its whole run (start included), by function, per relayed message. */
+function printAllocations(profile: AllocationProfile, messages: number): void {
+  const byFn = new Map<string, number>();
+  let total = 0;
+  const walk = (node: AllocationNode) => {
+    if (node.selfSize > 0) {
+      const f = node.callFrame;
+      const key = `${area(f.url).padEnd(13)} ${f.functionName || "(anonymous)"} ${f.url.replace(/^.*\/(dist|node_modules)\//, "$1/")}:${f.lineNumber + 1}`;
+      byFn.set(key, (byFn.get(key) ?? 0) + node.selfSize);
+      total += node.selfSize;
+    }
+    for (const c of node.children) walk(c);
+  };
+  walk(profile.head);
+  console.log(`\nallocated by the relay (sampled, collected objects included): ${Math.round(total / messages)} bytes per relayed message; by function:`);
+  for (const [fn, bytes] of [...byFn].sort((x, y) => y[1] - x[1]).slice(0, 25)) {
+    console.log(`  ${String(Math.round(bytes / messages)).padStart(6)} B  ${fn}`);
+  }
 }
 
 function area(url: string): string {
@@ -130,9 +164,17 @@ async function main(): Promise<void> {
     const linkYaml = [guardYaml, process.env.PROFILE_LINK ? `    ${process.env.PROFILE_LINK}` : ""].filter(Boolean).join("\n");
     const config = await writeBenchConfig(sourceUrl, b.url, linkYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: ${process.env.PROFILE_LOG_LEVEL ?? "warn"} }`);
     const gcOut = join(tmp, "gc.json");
-    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], { GC_PROBE_OUT: gcOut }, {
+    const allocOut = ALLOC ? join(tmp, "relay.heapprofile") : undefined;
+    const proc = new RelayProcess(["run", "--config", config, "--region", "b"], { GC_PROBE_OUT: gcOut, ...(allocOut ? { ALLOC_PROBE_OUT: allocOut } : {}) }, {
       compiled: true,
-      nodeArgs: [...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean), "--import", join(REPO_ROOT, "bench/gc-probe.mjs"), "--cpu-prof", `--cpu-prof-dir=${tmp}`],
+      nodeArgs: [
+        ...(process.env.PROFILE_NODE_ARGS ?? "").split(" ").filter(Boolean),
+        "--import",
+        join(REPO_ROOT, "bench/gc-probe.mjs"),
+        ...(allocOut ? ["--import", join(REPO_ROOT, "bench/alloc-probe.mjs")] : []),
+        "--cpu-prof",
+        `--cpu-prof-dir=${tmp}`,
+      ],
     });
     const strace = process.env.PROFILE_STRACE === "1" && proc.pid ? spawn("strace", ["-c", "-f", "-e", "trace=write,writev,read,readv", "-p", String(proc.pid)], { stdio: ["ignore", "ignore", "pipe"] }) : undefined;
     const straceOut: string[] = [];
@@ -167,6 +209,12 @@ async function main(): Promise<void> {
     const probe = JSON.parse(readFileSync(gcOut, "utf8")) as GcProbe;
     console.log(`garbage collection in the relay (the whole process): ${Object.entries(probe.gc).map(([kind, g]) => `${g.count} ${kind} ${Math.round(g.ms)} ms`).join(", ")}`);
     printPeak(probe.peak);
+    if (allocOut) {
+      const kept = join(outDir, `relay-${GUARD}.heapprofile`);
+      renameSync(allocOut, kept);
+      printAllocations(JSON.parse(readFileSync(kept, "utf8")) as AllocationProfile, COUNT);
+      console.log(`allocation profile: ${kept} (Chrome DevTools, Memory tab, "Load")`);
+    }
     const file = readdirSync(tmp).find((f) => f.endsWith(".cpuprofile"));
     if (!file) throw new Error("the relay wrote no .cpuprofile (did it exit cleanly?)");
     const dest = join(outDir, `relay-${GUARD}.cpuprofile`);

@@ -268,7 +268,8 @@ export class ConsumeLoop {
       if (this.order.deliveriesLost(delivery)) return;
       if (!this.deps.inspector.delivered(delivery.streamSequence, delivery.deliveryCount === 1)) return;
       this.deps.rate.offer(delivery); // into the pipeline now, or once the rate cap allows
-      window.receive(m.data.length, delivery.pending, pipeline.size);
+      // The delivery's copy: the client's `data` getter makes a new view of its buffer on every read.
+      window.receive(delivery.data.length, delivery.pending, pipeline.size);
       window.holding(pipeline.size, pipeline.bytes);
     } catch (err) {
       this.deps.events.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle

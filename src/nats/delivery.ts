@@ -1,7 +1,7 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/nats-core";
 import type { WireHeaders } from "./wire-headers.js";
-import { wireHeadersOf } from "./wire-headers.js";
+import { copyPayload, wireHeadersOf } from "./wire-headers.js";
 
 /**
  * What the relay keeps of one JetStream delivery, read once from the client's message. The payload is
@@ -101,16 +101,6 @@ export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string
     pending: info.pending,
     timestampNanos: info.timestampNanos,
     headers: wireHeadersOf(m),
-    data: copy(m.data),
+    data: copyPayload(m),
   };
-}
-
-/**
- * A copy (see Delivery). Buffer.allocUnsafe takes payloads under 4 KiB from Node's shared pool, so a
- * small message costs no ArrayBuffer of its own (each one is extra work for the garbage collector).
- */
-function copy(data: Uint8Array): Uint8Array {
-  const out = Buffer.allocUnsafe(data.length);
-  out.set(data);
-  return out;
 }

@@ -66,6 +66,27 @@ function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
   return hdr > 0 ? data.subarray(0, hdr) : null;
 }
 
+/**
+ * A copy of `m`'s payload (see Delivery in delivery.ts for why a copy), read straight from the
+ * client's buffer when it is reachable: the client's `data` getter makes a new view on every read.
+ * Buffer.allocUnsafe takes payloads under 4 KiB from Node's shared pool (no ArrayBuffer of its own).
+ */
+export function copyPayload(m: JsMsg): Uint8Array {
+  const raw = (m as unknown as { msg?: RawMsg }).msg;
+  const hdr = raw?._msg?.hdr;
+  const data = raw?._rdata;
+  if (typeof hdr === "number" && data instanceof Uint8Array) {
+    const start = hdr > 0 ? hdr : 0;
+    const out = Buffer.allocUnsafe(data.length - start);
+    Buffer.prototype.copy.call(data, out, 0, start);
+    return out;
+  }
+  const view = m.data;
+  const out = Buffer.allocUnsafe(view.length);
+  out.set(view);
+  return out;
+}
+
 /** True when `headersOf` takes the fast path for `m` (a test asserts it, so a client upgrade that moves the internals is noticed). */
 export function fastHeadersAvailable(m: JsMsg): boolean {
   return rawHeaderBlock(m) !== undefined;

@@ -11,7 +11,7 @@ import { parseSince } from "../../src/verify/since.js";
 import { sourceSubject } from "../../src/verify/verify.js";
 import { HashedKeyTable } from "../../src/verify/hash-table.js";
 import { readStream } from "../../src/verify/stream-reader.js";
-import { fastHeadersAvailable, headersOf } from "../../src/nats/wire-headers.js";
+import { copyPayload, fastHeadersAvailable, headersOf } from "../../src/nats/wire-headers.js";
 import { withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
 import { check, uniqueName } from "../helpers/check.js";
@@ -370,4 +370,26 @@ test("WireHeaders reads what the client's MsgHdrs reads, and the fast path is in
     ["Relay-Source", "a S 7"],
     ["X-Spaced", "padded value"],
   ]);
+});
+
+test("copyPayload: the payload's bytes, with and without headers, in a buffer of its own", async (t) => {
+  const nca = await connectTo(t, a.url);
+  const name = uniqueName("PAY");
+  await createStream(nca, { name, subjects: [`${name}.>`] });
+  await publishMany(nca, 2, (i) => ({
+    subject: `${name}.x`,
+    data: new TextEncoder().encode(`payload ${i} ${"x".repeat(i * 300)}`),
+    ...(i === 0 ? { headers: { "Nats-Msg-Id": "p-0", "X-Other": "v" } } : {}),
+  }), 1);
+  const consumer = await jetstream(nca).consumers.get(name);
+  for (const seq of [1, 2]) {
+    const m = await consumer.next({ expires: 5_000 });
+    assert.ok(m, `message ${seq} read`);
+    assert.equal(m.seq, seq);
+    assert.equal(m.headers !== undefined, seq === 1, `seq ${seq} ${seq === 1 ? "has" : "has no"} headers`);
+    const payload = copyPayload(m);
+    assert.equal(Buffer.from(payload).toString(), `payload ${seq - 1} ${"x".repeat((seq - 1) * 300)}`);
+    assert.equal(Buffer.from(payload).toString("hex"), Buffer.from(m.data).toString("hex"));
+    assert.notEqual(payload.buffer, m.data.buffer, "a copy, not a view of the client's read buffer");
+  }
 });
