@@ -41,8 +41,14 @@ const CLAIM_TTL_MS = 60_000;
 const STEADY_SECONDS = Number(process.env.GUARD_BENCH_STEADY_S ?? 24);
 const STEADY_ID_TTL_MS = 4_000;
 
+/** A relayed id's claim: its token and, from the current guard, its key (see GuardItem.key). */
+interface Claimed {
+  token: string;
+  key?: string;
+}
+
 interface BenchGuard {
-  claim(items: GuardItem[]): Promise<(string | undefined)[]>;
+  claim(items: GuardItem[]): Promise<(Claimed | undefined)[]>;
   commit(items: ClaimedItem[]): Promise<void>;
   stop(): Promise<void>;
 }
@@ -61,7 +67,8 @@ async function currentGuard(url: string, scope: string, lease: boolean, idTtlMs 
   await g.start();
   const opts = lease ? { leaseRevision: 1 } : {};
   return {
-    claim: async (items) => (await g.claim(items, undefined, opts)).map((r) => r.token),
+    claim: async (items) =>
+      (await g.claim(items, undefined, opts)).map((r) => (r.token === undefined ? undefined : r.key === undefined ? { token: r.token } : { token: r.token, key: r.key })),
     commit: (items) => g.commit(items, opts),
     stop: () => g.stop(),
   };
@@ -94,7 +101,7 @@ async function previousGuard(url: string, scope: string): Promise<BenchGuard> {
         "",
         "bench",
       );
-      return items.map((_, i) => (codes[i] === "r" ? token : undefined));
+      return items.map((_, i) => (codes[i] === "r" ? { token } : undefined));
     },
     async commit(items) {
       const packed = items.map((item) => `c:${item.token}\n${item.id}\n${versionField(item)}\n`).join("");
@@ -119,8 +126,18 @@ async function drive(guard: BenchGuard, count: number, item: (i: number) => Guar
       if (from >= count || performance.now() >= until) return;
       next = Math.min(count, from + BATCH);
       const items = Array.from({ length: next - from }, (_, k) => item(from + k));
-      const tokens = await guard.claim(items);
-      const claimed = items.flatMap((it, k) => (tokens[k] ? [{ ...it, token: tokens[k] }] : []));
+      const claims = await guard.claim(items);
+      // Built as the relay builds them (link/stages/common.ts claimedItem): object literals, the key
+      // handed back. (A spread `{ ...it, token }` here cost more client CPU than the guard's own work.)
+      const claimed: ClaimedItem[] = [];
+      items.forEach((it, k) => {
+        const c = claims[k];
+        if (!c) return;
+        const { id, entity, version } = it;
+        const key = c.key;
+        if (entity === undefined || version === undefined) claimed.push(key === undefined ? { id, token: c.token } : { id, token: c.token, key });
+        else claimed.push(key === undefined ? { id, entity, version, token: c.token } : { id, entity, version, token: c.token, key });
+      });
       if (claimed.length !== items.length)
         throw new Error(`only ${claimed.length} of ${items.length} new ids were claimed`);
       await guard.commit(claimed);

@@ -100,12 +100,15 @@ export async function claimGroup(
       }
       const stored = against === "" ? undefined : against.split("\n");
       const relayToken = lease ? leaseClaimToken(token) : token;
-      const results = items.map((_, i) => {
+      const results = items.map((p, i) => {
         const decision = DECISION_CODES[codes[i] ?? ""];
         if (!decision)
           throw new RelayError(ErrorCodes.INTERNAL, `guard claim script answered ${codes[i]} for item ${i}`);
-        const result: { decision: typeof decision; token?: string; storedVersion?: number } = { decision };
-        if (decision === "relay") result.token = relayToken;
+        const result: { decision: typeof decision; token?: string; key?: string; storedVersion?: number } = { decision };
+        if (decision === "relay") {
+          result.token = relayToken;
+          result.key = p.digest;
+        }
         const version = stored?.[i];
         if (version) result.storedVersion = Number(version);
         return result;

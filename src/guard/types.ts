@@ -19,12 +19,20 @@ export interface GuardItem {
   readonly id: string;
   readonly entity?: string;
   readonly version?: number;
+  /**
+   * The guard's own key for this id, as its claim answered it (ClaimResult.key), handed back with
+   * the commit or release so that the guard need not compute it again. Optional: a guard computes
+   * it from the id when it is absent.
+   */
+  readonly key?: string;
 }
 
 export interface ClaimResult {
   readonly decision: GuardDecision;
   /** Set when decision is "relay": pass it back to commit/release. */
   readonly token?: string;
+  /** Set by a guard that keys ids by a digest (the Redis guard), when decision is "relay": see GuardItem.key. */
+  readonly key?: string;
   /** The stored version the item was compared against, when versions are on (for logs). */
   readonly storedVersion?: number;
 }

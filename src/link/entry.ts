@@ -36,6 +36,8 @@ export interface Entry {
   readonly sourceMs: number;
   state: EntryState;
   token?: string;
+  /** The guard's key for the id, from its claim (GuardItem.key): handed back with the commit. */
+  guardKey?: string | undefined;
   /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
   attempt: number;
   publishStartedAt: number;
@@ -149,6 +151,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     state: "claim",
     // Every field set from the start (also those set later, or never): one object shape for all entries.
     token: undefined,
+    guardKey: undefined,
     brokerDuplicate: false,
     deadLetterReason: undefined,
     haltWith: undefined,

@@ -345,3 +345,31 @@ links:
     /versions\.expectedEntities: must be an integer from 1/,
   );
 });
+
+test("a claim hands back each relayed id's digest (ClaimResult.key); a commit with it stores the id under that digest without computing it again", async () => {
+  const { url, admin } = await redis();
+  const scope = uniqueName("B:KEY");
+  const g = await guard(url, scope);
+  const items = [{ id: "order-1" }, { id: "order-2" }];
+  const rs = await g.claim(items);
+  assert.deepEqual(decisions(rs), ["relay", "relay"]);
+  assert.deepEqual(
+    rs.map((r) => r.key),
+    items.map((i) => digest(i.id)),
+    "the key is the id's 16-byte digest",
+  );
+  // A commit uses the key it is given: order-2 is committed under order-1's digest, so its own
+  // digest is absent (a guard that computed it again would have stored it).
+  await g.commit([
+    { ...items[0]!, token: rs[0]!.token!, key: rs[0]!.key! },
+    { ...items[1]!, token: rs[1]!.token!, key: rs[0]!.key! },
+  ]);
+  assert.equal((await inspectId(admin, scope, "order-1")).state, "d");
+  assert.equal((await inspectId(admin, scope, "order-2")).state, null, "committed under the key it was given");
+  // A key that is not a digest (another guard's, or none) is not used: the id's own digest is.
+  const more = [{ id: "order-3" }];
+  const r3 = await g.claim(more);
+  await g.commit([{ ...more[0]!, token: r3[0]!.token!, key: "not-a-digest" }]);
+  assert.equal((await inspectId(admin, scope, "order-3")).state, "d");
+  assert.deepEqual(decisions(await g.claim([{ id: "order-1" }, { id: "order-3" }])), ["duplicate", "duplicate"]);
+});

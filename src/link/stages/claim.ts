@@ -141,6 +141,7 @@ export class ClaimStage {
     switch (decision) {
       case "relay": {
         entry.token = result?.token;
+        entry.guardKey = result?.key;
         const { entity, version } = entry.identity;
         if (entity !== undefined && version !== undefined) {
           // The guard compares with committed versions; a newer version of this entity that we claimed

@@ -81,5 +81,8 @@ export class PathState {
 /** The guard item of a claimed entry; without `withVersion` its entity's version does not move. */
 export function claimedItem(e: Entry, withVersion = true) {
   const { id, entity, version } = e.identity;
-  return withVersion ? { id, entity, version, token: e.token ?? "" } : { id, token: e.token ?? "" };
+  const token = e.token ?? "";
+  const key = e.guardKey;
+  if (withVersion) return key === undefined ? { id, entity, version, token } : { id, entity, version, token, key };
+  return key === undefined ? { id, token } : { id, token, key };
 }
