@@ -5,6 +5,7 @@ import { Redis } from "ioredis";
 import { pino } from "pino";
 import type { Logger } from "pino";
 import { isRelayError } from "../../src/errors.js";
+import { digest } from "../../src/guard/layout.js";
 import { guardKeys } from "../../src/guard/lua.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
 import type { RedisTuning } from "../../src/guard/redis-connection.js";
@@ -155,8 +156,8 @@ test("a claim whose reply was lost is re-sent by ioredis and recognised as our o
   assert.equal(proxy.accepted, 2);
   const token = rs[0]?.token;
   assert.deepEqual(rs, [
-    { decision: "relay", token },
-    { decision: "relay", token },
+    { decision: "relay", token, key: digest("r1") },
+    { decision: "relay", token, key: digest("r2") },
   ]);
   assert.equal(await c.get(guardKeys(scope).id("r1")), `c:${token}`);
 });
