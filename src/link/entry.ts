@@ -37,7 +37,7 @@ export interface Entry {
   state: EntryState;
   token?: string;
   /** The guard's key for the id, from its claim (GuardItem.key): handed back with the commit. */
-  guardKey?: string | undefined;
+  guardKey?: string;
   /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
   attempt: number;
   publishStartedAt: number;

@@ -57,13 +57,22 @@ export class WireHeaders {
   }
 }
 
-/** The raw header block of `m` when this client version exposes it where 3.x keeps it. */
-function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
+/**
+ * The buffer the client read `m` into and where its payload starts (the header block's length, -1
+ * without headers), when this client version keeps them where 3.x does.
+ */
+function rawParts(m: JsMsg): { data: Uint8Array; hdr: number } | undefined {
   const raw = (m as unknown as { msg?: RawMsg }).msg;
   const hdr = raw?._msg?.hdr;
   const data = raw?._rdata;
-  if (typeof hdr !== "number" || !(data instanceof Uint8Array)) return undefined;
-  return hdr > 0 ? data.subarray(0, hdr) : null;
+  return typeof hdr === "number" && data instanceof Uint8Array ? { data, hdr } : undefined;
+}
+
+/** The raw header block of `m` (null: none) when the client's buffer is reachable. */
+function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
+  const raw = rawParts(m);
+  if (!raw) return undefined;
+  return raw.hdr > 0 ? raw.data.subarray(0, raw.hdr) : null;
 }
 
 /**
@@ -72,13 +81,11 @@ function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
  * Buffer.allocUnsafe takes payloads under 4 KiB from Node's shared pool (no ArrayBuffer of its own).
  */
 export function copyPayload(m: JsMsg): Uint8Array {
-  const raw = (m as unknown as { msg?: RawMsg }).msg;
-  const hdr = raw?._msg?.hdr;
-  const data = raw?._rdata;
-  if (typeof hdr === "number" && data instanceof Uint8Array) {
-    const start = hdr > 0 ? hdr : 0;
-    const out = Buffer.allocUnsafe(data.length - start);
-    Buffer.prototype.copy.call(data, out, 0, start);
+  const raw = rawParts(m);
+  if (raw) {
+    const start = raw.hdr > 0 ? raw.hdr : 0;
+    const out = Buffer.allocUnsafe(raw.data.length - start);
+    Buffer.prototype.copy.call(raw.data, out, 0, start);
     return out;
   }
   const view = m.data;

@@ -82,7 +82,5 @@ export class PathState {
 export function claimedItem(e: Entry, withVersion = true) {
   const { id, entity, version } = e.identity;
   const token = e.token ?? "";
-  const key = e.guardKey;
-  if (withVersion) return key === undefined ? { id, entity, version, token } : { id, entity, version, token, key };
-  return key === undefined ? { id, token } : { id, token, key };
+  return withVersion ? { id, entity, version, token, key: e.guardKey } : { id, token, key: e.guardKey };
 }
