@@ -32,6 +32,8 @@ export class DestinationLedger {
   private finishedOrder = new Float64Array(FINISHED_INITIAL);
   private finishedNext = 0;
   private finishedWrapped = false;
+  /** The highest sequence in `finished`: a delivery above it (the common case) needs no lookup. */
+  private highestFinished = 0;
   private maxSource = 0;
   private maxSourceDest = 0;
   private known = new Map<number, number>();
@@ -83,29 +85,32 @@ export class DestinationLedger {
    * stream leader failover) delivers it again, maybe later than the destination's duplicate window.
    */
   done(sourceSeq: number, destSeq: number): void {
-    if (!this.finished.has(sourceSeq)) {
-      // Evict by ring position, not by `keys().next()`: a Map's iterator walks over the holes its
-      // deletions leave at the front, which made each call O(holes) on the hot path.
-      if (this.finishedNext === this.finishedOrder.length) {
-        if (!this.finishedWrapped && this.finishedOrder.length < FINISHED_KEPT) {
-          const grown = new Float64Array(this.finishedOrder.length * 2);
-          grown.set(this.finishedOrder);
-          this.finishedOrder = grown;
-        } else {
-          this.finishedNext = 0;
-          this.finishedWrapped = true;
-        }
+    const finished = this.finished;
+    const before = finished.size;
+    finished.set(sourceSeq, destSeq);
+    if (finished.size === before) return; // finished before (a redelivery finished twice): updated, no new slot
+    if (sourceSeq > this.highestFinished) this.highestFinished = sourceSeq;
+    // Evict by ring position, not by `keys().next()`: a Map's iterator walks over the holes its
+    // deletions leave at the front, which made each call O(holes) on the hot path.
+    if (this.finishedNext === this.finishedOrder.length) {
+      if (!this.finishedWrapped && this.finishedOrder.length < FINISHED_KEPT) {
+        const grown = new Float64Array(this.finishedOrder.length * 2);
+        grown.set(this.finishedOrder);
+        this.finishedOrder = grown;
+      } else {
+        this.finishedNext = 0;
+        this.finishedWrapped = true;
       }
-      const evicted = this.finishedOrder[this.finishedNext];
-      if (evicted !== undefined && evicted !== 0) this.finished.delete(evicted);
-      this.finishedOrder[this.finishedNext++] = sourceSeq;
     }
-    this.finished.set(sourceSeq, destSeq);
+    const evicted = this.finishedOrder[this.finishedNext];
+    if (evicted !== undefined && evicted !== 0) finished.delete(evicted);
+    this.finishedOrder[this.finishedNext++] = sourceSeq;
   }
 
   /** The outcome of a source sequence this pipeline already finished: its destination seq, 0 if not stored, undefined if unknown. */
   finishedAt(sourceSeq: number): number | undefined {
-    return this.finished.get(sourceSeq);
+    // A first delivery in order is above everything finished: no lookup in a map of 65,536.
+    return sourceSeq > this.highestFinished ? undefined : this.finished.get(sourceSeq);
   }
 
   /** The destination stream was recreated: its sequences start again, nothing seen in the old one compares. */
@@ -122,6 +127,7 @@ export class DestinationLedger {
     this.maxSource = 0;
     this.maxSourceDest = 0;
     this.finished.clear();
+    this.highestFinished = 0;
     this.finishedOrder = new Float64Array(FINISHED_INITIAL);
     this.finishedNext = 0;
     this.finishedWrapped = false;

@@ -37,24 +37,31 @@ export interface Delivery {
  *   $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>[.<token>]
  */
 export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "consumerSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
-  // Read in place (token bounds, then digits): splitting made a dozen strings and an array per message.
+  const o = ackTokens(reply);
+  return {
+    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
+    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
+    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
+    timestampNanos: reply.slice(ENDS[8 + o]! + 1, ENDS[9 + o]!),
+    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
+  };
+}
+
+/**
+ * Reads the token bounds of an ack subject into ENDS (in place: splitting made a dozen strings and an
+ * array per message) and checks its form; returns the offset of its tokens against the domain form
+ * (-2 for the 9-token form, 0 otherwise).
+ */
+function ackTokens(reply: string): number {
   const count = tokenEnds(reply, ENDS);
   const o = count === 9 ? -2 : 0;
   if (!reply.startsWith("$JS.ACK.") || (count !== 9 && count < 11)) {
     throw new TypeError(`not a JetStream delivery (reply subject ${JSON.stringify(reply)})`);
   }
-  const tsStart = ENDS[8 + o]! + 1;
-  const tsEnd = ENDS[9 + o]!;
-  if (Number.isNaN(digitsIn(reply, tsStart, tsEnd))) {
+  if (Number.isNaN(digitsIn(reply, ENDS[8 + o]! + 1, ENDS[9 + o]!))) {
     throw new TypeError(`JetStream reply subject without a timestamp: ${JSON.stringify(reply)}`);
   }
-  return {
-    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
-    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
-    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
-    timestampNanos: reply.slice(tsStart, tsEnd),
-    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
-  };
+  return o;
 }
 
 /**
@@ -91,15 +98,15 @@ function digitsIn(s: string, start: number, end: number): number {
 /** `msg`: the core message under a JsMsg (public on the implementation, not on the interface). */
 export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string } }): Delivery {
   const reply = m.msg?.reply ?? "";
-  const info = parseAckSubject(reply);
+  const o = ackTokens(reply); // the fields are read straight into the delivery: no object in between
   return {
     subject: m.subject,
     reply,
-    streamSequence: info.streamSequence,
-    deliveryCount: info.deliveryCount,
-    consumerSequence: info.consumerSequence,
-    pending: info.pending,
-    timestampNanos: info.timestampNanos,
+    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
+    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
+    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
+    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
+    timestampNanos: reply.slice(ENDS[8 + o]! + 1, ENDS[9 + o]!),
     headers: wireHeadersOf(m),
     data: copyPayload(m),
   };

@@ -1,6 +1,7 @@
 import type { MsgHdrs } from "@nats-io/nats-core";
 
 const STATUS_LINE = "NATS/1.0\r\n";
+const decoder = new TextDecoder();
 
 /**
  * An outgoing NATS header block kept as wire text and encoded once. The client's MsgHdrs validates and
@@ -8,9 +9,14 @@ const STATUS_LINE = "NATS/1.0\r\n";
  * our own constants and the values were already valid headers at the source, so that work (and its
  * garbage) is skipped. Values are still refused if they contain CR or LF, which would corrupt the
  * protocol. `set`/`delete` re-scan the text: they are for the rare dead-letter path only.
+ *
+ * Once encoded, the block keeps its bytes only: an entry holds its headers from intake to the source
+ * ack, thousands of them at a time, and the text (a string of a dozen parts) would be held beside the
+ * bytes for nothing on the hot path. What reads or edits the text again decodes it from the bytes.
  */
 export class HeaderBlock {
-  private text: string;
+  /** The status line and header lines; undefined while only `bytes` is kept. */
+  private text: string | undefined;
   private bytes: Uint8Array | undefined;
 
   /**
@@ -24,7 +30,7 @@ export class HeaderBlock {
 
   append(key: string, value: string): this {
     if (value.includes("\r") || value.includes("\n")) throw new TypeError(`header ${key}: value contains CR or LF`);
-    this.text += `${key}: ${value}\r\n`;
+    this.text = `${this.wireText()}${key}: ${value}\r\n`;
     this.bytes = undefined;
     return this;
   }
@@ -35,14 +41,14 @@ export class HeaderBlock {
    */
   appendLines(lines: string): this {
     if (lines === "") return this;
-    this.text += lines;
+    this.text = `${this.wireText()}${lines}`;
     this.bytes = undefined;
     return this;
   }
 
   /** The header lines after the status line, in wire form (`Key: value\r\n` each). */
   get lines(): string {
-    return this.text.slice(STATUS_LINE.length);
+    return this.wireText().slice(STATUS_LINE.length);
   }
 
   /** Replaces every value of `key` (case-insensitive) with one. */
@@ -66,8 +72,11 @@ export class HeaderBlock {
 
   /** The wire form, `NATS/1.0\r\nKey: value\r\n...\r\n`, cached until the block changes. */
   encode(): Uint8Array {
-    // Buffer.from takes small buffers from Node's shared pool: no ArrayBuffer per message.
-    this.bytes ??= Buffer.from(`${this.text}\r\n`, "utf8");
+    if (this.bytes === undefined) {
+      // Buffer.from takes small buffers from Node's shared pool: no ArrayBuffer per message.
+      this.bytes = Buffer.from(`${this.wireText()}\r\n`, "utf8");
+      this.text = undefined;
+    }
     return this.bytes;
   }
 
@@ -76,8 +85,15 @@ export class HeaderBlock {
     return this as unknown as MsgHdrs;
   }
 
+  /** The status line and the header lines (decoded from the bytes when only they are kept). */
+  private wireText(): string {
+    // The bytes end with the empty line that closes the block; the text does not.
+    this.text ??= decoder.decode(this.bytes ?? new Uint8Array(0)).slice(0, -2);
+    return this.text;
+  }
+
   private parsed(): { key: string; value: string; raw: string }[] {
-    return this.text
+    return this.wireText()
       .split("\r\n")
       .slice(1)
       .filter((l) => l !== "")

@@ -2,6 +2,7 @@ import { createInbox } from "@nats-io/nats-core";
 import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { PendingPublishes } from "./pending-publishes.js";
+import { lastTokenNumber } from "./wire-headers.js";
 
 export interface PubAck {
   readonly stream: string;
@@ -83,9 +84,7 @@ export class JetStreamPublisher {
   }
 
   private onReply(msg: Msg): void {
-    const dot = msg.subject.lastIndexOf(".");
-    const id = Number(msg.subject.slice(dot + 1));
-    const p = this.pending.take(id);
+    const p = this.pending.take(lastTokenNumber(msg)); // the publish's number, after the inbox prefix
     if (!p) return; // timed out already; the re-publish will be deduplicated
     const [err, ack] = parsePubAck(msg, p.subject, this.lastStream);
     if (ack) this.lastStream = ack.stream;

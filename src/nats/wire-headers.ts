@@ -1,5 +1,5 @@
 import type { JsMsg } from "@nats-io/jetstream";
-import type { MsgHdrs } from "@nats-io/nats-core";
+import type { Msg, MsgHdrs } from "@nats-io/nats-core";
 
 const decoder = new TextDecoder();
 /** `\r\n<key>:` per key asked for: a handful of constant keys, built once. */
@@ -8,7 +8,7 @@ const needles = new Map<string, string>();
 /** The parts of the client's message object that hold the raw header block (nats-core 3.x internals). */
 interface RawMsg {
   readonly _rdata?: unknown;
-  readonly _msg?: { readonly hdr?: unknown };
+  readonly _msg?: { readonly hdr?: unknown; readonly subject?: unknown };
 }
 
 /**
@@ -110,4 +110,27 @@ export function wireHeadersOf(m: JsMsg): WireHeaders | MsgHdrs | undefined {
 export function headersOf(m: JsMsg): MsgHdrs | undefined {
   const h = wireHeadersOf(m);
   return h instanceof WireHeaders ? h.asMsgHdrs() : h;
+}
+
+/**
+ * The number the last token of `m`'s subject is (NaN when it is not digits), read from the client's
+ * bytes when reachable: the `subject` getter decodes a new string. The publisher's replies carry their
+ * publish's number there.
+ */
+export function lastTokenNumber(m: Msg): number {
+  const raw = (m as unknown as RawMsg)._msg?.subject;
+  if (!(raw instanceof Uint8Array)) {
+    const subject = m.subject;
+    const token = subject.slice(subject.lastIndexOf(".") + 1);
+    return /^\d+$/.test(token) ? Number(token) : Number.NaN;
+  }
+  const start = raw.lastIndexOf(0x2e) + 1;
+  if (start === raw.length) return Number.NaN;
+  let n = 0;
+  for (let i = start; i < raw.length; i++) {
+    const c = raw[i]! - 48;
+    if (c < 0 || c > 9) return Number.NaN;
+    n = n * 10 + c;
+  }
+  return n;
 }

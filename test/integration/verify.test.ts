@@ -11,7 +11,7 @@ import { parseSince } from "../../src/verify/since.js";
 import { sourceSubject } from "../../src/verify/verify.js";
 import { HashedKeyTable } from "../../src/verify/hash-table.js";
 import { readStream } from "../../src/verify/stream-reader.js";
-import { copyPayload, fastHeadersAvailable, headersOf } from "../../src/nats/wire-headers.js";
+import { copyPayload, fastHeadersAvailable, headersOf, lastTokenNumber } from "../../src/nats/wire-headers.js";
 import { withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
 import { check, uniqueName } from "../helpers/check.js";
@@ -392,4 +392,28 @@ test("copyPayload: the payload's bytes, with and without headers, in a buffer of
     assert.equal(Buffer.from(payload).toString("hex"), Buffer.from(m.data).toString("hex"));
     assert.notEqual(payload.buffer, m.data.buffer, "a copy, not a view of the client's read buffer");
   }
+});
+
+test("lastTokenNumber: the number a reply subject ends with, read from the client's bytes as from its string", async (t) => {
+  const nca = await connectTo(t, a.url);
+  const prefix = uniqueName("inbox");
+  const got: { subject: string; n: number; raw: boolean }[] = [];
+  const sub = nca.subscribe(`${prefix}.*`, {
+    callback: (_err, m) => {
+      got.push({ subject: m.subject, n: lastTokenNumber(m), raw: (m as unknown as { _msg?: { subject?: unknown } })._msg?.subject instanceof Uint8Array });
+    },
+  });
+  for (const token of ["0", "12345678901", "x1", "1x"]) nca.publish(`${prefix}.${token}`);
+  await nca.flush();
+  await check(() => got.length === 4, { name: "four replies", timeoutMs: 5_000 });
+  sub.unsubscribe();
+  assert.deepEqual(
+    got.map((g) => [g.subject.slice(prefix.length + 1), g.n]),
+    [["0", 0], ["12345678901", 12345678901], ["x1", Number.NaN], ["1x", Number.NaN]],
+  );
+  assert.ok(got.every((g) => g.raw), "the raw subject is reachable (nats-core internals unchanged)");
+  // Without the client's internals: the same from the subject string.
+  const plain = (subject: string) => lastTokenNumber({ subject } as unknown as Parameters<typeof lastTokenNumber>[0]);
+  assert.equal(plain(`${prefix}.77`), 77);
+  assert.ok(Number.isNaN(plain(`${prefix}.7a`)));
 });

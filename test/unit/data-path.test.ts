@@ -125,6 +125,17 @@ test("HeaderBlock encodes the NATS wire form, edits on the dead-letter path, ref
   assert.throws(() => h.append("X-Bad", "a\r\nInjected: 1"), /CR or LF/);
 });
 
+test("HeaderBlock keeps only its bytes once encoded; reads and edits after that see the same headers, non-ASCII values included", () => {
+  const h = new HeaderBlock("Nats-Msg-Id: m-ü\r\n").append("X-City", "Zürich");
+  const first = h.encode();
+  assert.equal(new TextDecoder().decode(first), "NATS/1.0\r\nNats-Msg-Id: m-ü\r\nX-City: Zürich\r\n\r\n");
+  assert.equal(h.encode(), first, "encoded once: the same bytes until an edit");
+  assert.equal(h.get("x-city"), "Zürich");
+  assert.equal(h.lines, "Nats-Msg-Id: m-ü\r\nX-City: Zürich\r\n");
+  h.append("X-More", "1");
+  assert.equal(new TextDecoder().decode(h.encode()), "NATS/1.0\r\nNats-Msg-Id: m-ü\r\nX-City: Zürich\r\nX-More: 1\r\n\r\n");
+});
+
 test("RFC 3339 nanosecond timestamps round-trip", () => {
   const nanos = 1_796_000_000_123_456_789n;
   const text = formatNanos(nanos);

@@ -28,3 +28,19 @@ test("the finished ledger starts small and grows: nothing below 65,536 is forgot
     assert.equal(ledger.finishedAt(1), undefined);
   }
 });
+
+test("the finished ledger answers for sequences finished out of order, below and above the highest one", () => {
+  const ledger = new DestinationLedger();
+  ledger.done(100, 7);
+  ledger.done(40, 0); // a redelivery finished after a later message: not stored (0), still remembered
+  ledger.done(250, 9);
+  assert.equal(ledger.finishedAt(40), 0);
+  assert.equal(ledger.finishedAt(100), 7);
+  assert.equal(ledger.finishedAt(250), 9);
+  assert.equal(ledger.finishedAt(41), undefined);
+  assert.equal(ledger.finishedAt(251), undefined);
+  ledger.reset();
+  ledger.done(3, 30);
+  assert.equal(ledger.finishedAt(40), undefined, "forgotten by the reset, though below the highest before it");
+  assert.equal(ledger.finishedAt(3), 30);
+});

@@ -53,8 +53,12 @@ export class PublishStage {
     const dest = state.destination;
     if (!publisher || !dest) return;
     if (window.publishPos < window.head) window.publishPos = window.head;
-    // Every pass re-checks the blocks: a callback run meanwhile may have rolled back or halted.
-    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && Date.now() >= health.publishBlockedUntil && this.needs.owns()) {
+    // The clocks are read once a pass: its publishes leave together, in the flush after it. (A block
+    // set during the pass is in the future of `wallNow`, so it still stops the pass.)
+    const wallNow = Date.now();
+    const startedAt = performance.now();
+    // Every step re-checks the blocks: a callback run meanwhile may have rolled back or halted.
+    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && wallNow >= health.publishBlockedUntil && this.needs.owns()) {
       const entry = window.entries[window.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
       if (entry.state !== "ready") {
@@ -77,7 +81,7 @@ export class PublishStage {
           this.needs.pubAck.onStored(entry, { stream: dest.stream, seq: storedAt, duplicate: true }, "found in the destination at start");
           continue;
         }
-        if (entry.firstAttemptMs > 0 && Date.now() - entry.firstAttemptMs >= lateRetryMs(dest)) {
+        if (entry.firstAttemptMs > 0 && wallNow - entry.firstAttemptMs >= lateRetryMs(dest)) {
           this.verifyLateRetries(window.publishPos, dest);
           return;
         }
@@ -85,9 +89,9 @@ export class PublishStage {
       window.publishPos++;
       entry.state = "publishing";
       const attempt = ++entry.attempt;
-      entry.publishStartedAt = performance.now();
+      entry.publishStartedAt = startedAt;
       if (entry.firstAttemptMs === 0) {
-        entry.firstAttemptMs = Date.now();
+        entry.firstAttemptMs = wallNow;
         entry.destFloor = ledger.lastDestSeq;
       }
       publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.needs.pubAck.onPubAck(entry, attempt, err, ack));
