@@ -7,6 +7,8 @@
  * - was a message just stored after a message that comes later in source order (a reorder the server
  *   made while an earlier publish failed)? Counted and logged, never silent.
  */
+import { FinishedSeqs } from "./finished-seqs.js";
+
 export interface StoredReorder {
   /** The message stored late. */
   readonly sourceSeq: number;
@@ -18,22 +20,13 @@ export interface StoredReorder {
 
 /** Finished source sequences remembered for redeliveries (a consumer that lost acks in a failover). */
 const FINISHED_KEPT = 65_536;
-/** The ring starts this small and doubles as the link finishes messages: an idle link costs 2 KiB, not 512. */
+/** The record starts this small and doubles as the link finishes messages: an idle link costs 4 KiB, not 1 MiB. */
 const FINISHED_INITIAL = 256;
 
 export class DestinationLedger {
   private lastDest = 0;
   /** Source seq → destination seq (0 when it was not stored: a loop, a stale version, a guard duplicate). */
-  private readonly finished = new Map<number, number>();
-  /**
-   * The finished sequences in the order they were added: a ring (0 = empty) that grows to FINISHED_KEPT
-   * slots before it starts evicting the oldest.
-   */
-  private finishedOrder = new Float64Array(FINISHED_INITIAL);
-  private finishedNext = 0;
-  private finishedWrapped = false;
-  /** The highest sequence in `finished`: a delivery above it (the common case) needs no lookup. */
-  private highestFinished = 0;
+  private readonly finished = new FinishedSeqs(FINISHED_KEPT, FINISHED_INITIAL);
   private maxSource = 0;
   private maxSourceDest = 0;
   private known = new Map<number, number>();
@@ -85,32 +78,12 @@ export class DestinationLedger {
    * stream leader failover) delivers it again, maybe later than the destination's duplicate window.
    */
   done(sourceSeq: number, destSeq: number): void {
-    const finished = this.finished;
-    const before = finished.size;
-    finished.set(sourceSeq, destSeq);
-    if (finished.size === before) return; // finished before (a redelivery finished twice): updated, no new slot
-    if (sourceSeq > this.highestFinished) this.highestFinished = sourceSeq;
-    // Evict by ring position, not by `keys().next()`: a Map's iterator walks over the holes its
-    // deletions leave at the front, which made each call O(holes) on the hot path.
-    if (this.finishedNext === this.finishedOrder.length) {
-      if (!this.finishedWrapped && this.finishedOrder.length < FINISHED_KEPT) {
-        const grown = new Float64Array(this.finishedOrder.length * 2);
-        grown.set(this.finishedOrder);
-        this.finishedOrder = grown;
-      } else {
-        this.finishedNext = 0;
-        this.finishedWrapped = true;
-      }
-    }
-    const evicted = this.finishedOrder[this.finishedNext];
-    if (evicted !== undefined && evicted !== 0) finished.delete(evicted);
-    this.finishedOrder[this.finishedNext++] = sourceSeq;
+    this.finished.set(sourceSeq, destSeq);
   }
 
   /** The outcome of a source sequence this pipeline already finished: its destination seq, 0 if not stored, undefined if unknown. */
   finishedAt(sourceSeq: number): number | undefined {
-    // A first delivery in order is above everything finished: no lookup in a map of 65,536.
-    return sourceSeq > this.highestFinished ? undefined : this.finished.get(sourceSeq);
+    return this.finished.get(sourceSeq);
   }
 
   /** The destination stream was recreated: its sequences start again, nothing seen in the old one compares. */
@@ -127,10 +100,6 @@ export class DestinationLedger {
     this.maxSource = 0;
     this.maxSourceDest = 0;
     this.finished.clear();
-    this.highestFinished = 0;
-    this.finishedOrder = new Float64Array(FINISHED_INITIAL);
-    this.finishedNext = 0;
-    this.finishedWrapped = false;
     this.known.clear();
     this.knownUpTo = 0;
   }

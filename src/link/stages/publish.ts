@@ -33,6 +33,9 @@ export interface PublishNeeds {
   readonly scheduler: Scheduler;
 }
 
+/** Publishes between two checks of the lease within one pass (see `next`). */
+const OWNS_EVERY = 64;
+
 export class PublishStage {
   private publisher: JetStreamPublisher | undefined;
   /** A look into the destination before a late retry is running: nothing is published meanwhile. */
@@ -57,8 +60,11 @@ export class PublishStage {
     // set during the pass is in the future of `wallNow`, so it still stops the pass.)
     const wallNow = Date.now();
     const startedAt = performance.now();
-    // Every step re-checks the blocks: a callback run meanwhile may have rolled back or halted.
-    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && wallNow >= health.publishBlockedUntil && this.needs.owns()) {
+    // Every step re-checks the blocks: a callback run meanwhile may have rolled back or halted. The
+    // lease is checked at the start and every OWNS_EVERY publishes: the write gate checks it again
+    // when the bytes leave, and a lapse it finds drops them all (write-gate.ts).
+    let steps = 0;
+    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && wallNow >= health.publishBlockedUntil && (steps++ % OWNS_EVERY !== 0 || this.needs.owns())) {
       const entry = window.entries[window.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
       if (entry.state !== "ready") {
