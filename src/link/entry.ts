@@ -5,6 +5,7 @@ import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
 import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "../protocol/headers.js";
+import { HeaderBytes } from "./header-bytes.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
 
@@ -83,49 +84,54 @@ export interface EntryContext {
   readonly firstHopLines: string;
   /** `Nats-Expected-Stream: <stream>` with `to.expectStream`, else empty. */
   readonly expectLine: string;
+  /** The same parts encoded once: most blocks are written straight into bytes (header-bytes.ts). */
+  readonly bytes: HeaderBytes;
 }
 
 export function entryContext(link: LinkConfig): EntryContext {
   const region = link.from.region;
-  return {
-    link,
-    strip: stripSet(link),
-    time: new NanosFormatter(),
+  const parts = {
     sourcePrefix: `${RelayHeaders.Source}: ${region} ${link.from.stream} `,
     linkLine: `${RelayHeaders.Link}: ${link.name}\r\n`,
     firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
     expectLine: link.to.expectStream ? `${EXPECTED_STREAM}: ${link.to.stream}\r\n` : "",
   };
+  return { link, strip: stripSet(link), time: new NanosFormatter(), ...parts, bytes: new HeaderBytes(parts) };
 }
 
 /**
  * Builds the outgoing headers: copy everything but the stripped and the rewritten headers, then stamp
- * identity, origin, path, source position and link (README "Headers on relayed messages"). The lines are
- * built as one string: every value is either the link's own (validated config, digits) or was a header
- * value at the source, which the server parsed line by line, so none can hold a CR or LF.
+ * identity, origin, path, source position and link (README "Headers on relayed messages"). Every value
+ * is either the link's own (validated config, digits) or was a header value at the source, which the
+ * server parsed line by line, so none can hold a CR or LF. Written straight into bytes when every part
+ * is ASCII (header-bytes.ts), else built as text and encoded: the same bytes either way.
  */
 export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
-  const { strip } = ctx;
-  const src = msg.headers;
-  let copied = "";
-  if (src instanceof WireHeaders) {
-    copied = src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX);
-  } else if (src) {
-    const out = new HeaderBlock();
-    for (const [key, values] of src) {
-      const lower = key.toLowerCase();
-      if (strip.has(lower) || lower.startsWith(ALWAYS_STRIPPED_PREFIX)) continue;
-      for (const v of values) out.append(key, v);
-    }
-    copied = out.lines;
-  }
+  const copied = copiedLines(msg, ctx.strip);
   // The rewritten headers were skipped above (they are in `strip`), so these are sets.
-  const hop = isFirstHop(identity, ctx.link.from.region)
-    ? ctx.firstHopLines
-    : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
-  return new HeaderBlock(
-    `${copied}${RelayHeaders.MsgId}: ${identity.id}\r\n${hop}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n${ctx.linkLine}${ctx.expectLine}`,
-  );
+  const hop = isFirstHop(identity, ctx.link.from.region) ? undefined : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
+  const nanos = msg.timestampNanos;
+  const bytes = nanos.length >= 10 ? ctx.bytes.write(copied, identity.id, hop, msg.streamSequence, ctx.time.secondOf(nanos), nanos) : undefined;
+  return bytes ? HeaderBlock.fromWire(bytes) : new HeaderBlock(headerLines(copied, identity.id, hop, msg, ctx));
+}
+
+/** The header lines `buildHeaders` writes, as text (`Key: value\r\n` each). Exported for tests. */
+export function headerLines(copied: string, id: string, hop: string | undefined, msg: Pick<Delivery, "streamSequence" | "timestampNanos">, ctx: EntryContext): string {
+  return `${copied}${RelayHeaders.MsgId}: ${id}\r\n${hop ?? ctx.firstHopLines}${ctx.sourcePrefix}${msg.streamSequence}\r\n${RelayHeaders.SourceTime}: ${ctx.time.formatDigits(msg.timestampNanos)}\r\n${ctx.linkLine}${ctx.expectLine}`;
+}
+
+/** The source's header lines that are copied (not stripped, not rewritten), in wire form. */
+function copiedLines(msg: Pick<Delivery, "headers">, strip: ReadonlySet<string>): string {
+  const src = msg.headers;
+  if (src instanceof WireHeaders) return src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX);
+  if (!src) return "";
+  const out = new HeaderBlock();
+  for (const [key, values] of src) {
+    const lower = key.toLowerCase();
+    if (strip.has(lower) || lower.startsWith(ALWAYS_STRIPPED_PREFIX)) continue;
+    for (const v of values) out.append(key, v);
+  }
+  return out.lines;
 }
 
 const isFirstHop = (identity: MessageIdentity, region: string): boolean =>

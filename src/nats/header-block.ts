@@ -28,6 +28,17 @@ export class HeaderBlock {
     this.text = `${STATUS_LINE}${lines}`;
   }
 
+  /**
+   * A block already in wire form, ending with the empty line (`NATS/1.0\r\nKey: value\r\n...\r\n`),
+   * as the relay's own writer builds it (link/header-bytes.ts): kept as these bytes.
+   */
+  static fromWire(bytes: Uint8Array): HeaderBlock {
+    const block = new HeaderBlock();
+    block.bytes = bytes;
+    block.text = undefined;
+    return block;
+  }
+
   append(key: string, value: string): this {
     if (value.includes("\r") || value.includes("\n")) throw new TypeError(`header ${key}: value contains CR or LF`);
     this.text = `${this.wireText()}${key}: ${value}\r\n`;

@@ -79,7 +79,7 @@ export const REWRITTEN_HEADERS: readonly string[] = [
  * called for every relayed message, so the date part is cached per second.
  */
 export class NanosFormatter {
-  private second = "";
+  private second = -1;
   private prefix = "";
 
   format(nanos: bigint): string {
@@ -89,12 +89,21 @@ export class NanosFormatter {
   /** The same from the decimal digits of the nanoseconds, as a JetStream ack subject carries them. */
   formatDigits(nanos: string): string {
     const digits = nanos.padStart(10, "0");
-    const second = digits.slice(0, -9);
+    return `${this.secondOf(digits)}.${digits.slice(-9)}Z`;
+  }
+
+  /**
+   * The date and time to the second (`2026-11-30T00:00:00`) of the nanoseconds in `digits` (at least
+   * ten digits), cached while the second is the same: read without slicing the digits.
+   */
+  secondOf(digits: string): string {
+    let second = 0;
+    for (let i = 0; i < digits.length - 9; i++) second = second * 10 + digits.charCodeAt(i) - 48;
     if (second !== this.second) {
-      this.prefix = new Date(Number(second) * 1000).toISOString().slice(0, 19); // 2026-11-30T00:00:00
+      this.prefix = new Date(second * 1000).toISOString().slice(0, 19);
       this.second = second;
     }
-    return `${this.prefix}.${digits.slice(-9)}Z`;
+    return this.prefix;
   }
 }
 
