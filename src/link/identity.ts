@@ -104,6 +104,9 @@ function splitPath(value: string): string[] {
 
 export type RouteDecision = { readonly forward: true } | { readonly forward: false; readonly reason: string };
 
+/** The common decision, one object for every message forwarded. */
+const FORWARD: RouteDecision = Object.freeze({ forward: true });
+
 /**
  * Loop prevention and redundant-path suppression for meshes. A message is not forwarded when:
  * - it originated in the destination region, or already passed through it (a loop);
@@ -120,7 +123,7 @@ export function route(identity: MessageIdentity, link: LinkConfig, directRoutes:
   if (identity.origin !== link.from.region && directRoutes.has(identity.origin)) {
     return { forward: false, reason: `a direct link from ${identity.origin} delivers it` };
   }
-  return { forward: true };
+  return FORWARD;
 }
 
 /** Applies the link's subject transform: strip a prefix when present, then add one. */

@@ -214,7 +214,7 @@ export class RateCap {
 
   /** A delivery arrived (in arrival order): into the pipeline now if the cap allows, else held. */
   offer(delivery: Delivery): void {
-    if (this.size === 0 && this.admits(delivery, this.now())) {
+    if (this.size === 0 && (this.rate === undefined || this.admits(delivery, this.now()))) {
       this.deps.admit(delivery);
       return;
     }

@@ -85,3 +85,18 @@ test("lowest held: the same as a scan of every held entry through random arrival
     assert.equal(w.lowestHeld(), undefined);
   }
 });
+
+test("redelivered: a held sequence is found (its ack subject updated) below the highest held; above it, none is", () => {
+  const w = new EntryWindow();
+  const es = [3, 7, 9].map((s) => entry(s, s));
+  for (const e of es) w.add(e);
+  assert.equal(w.redelivered(redelivery(7, 20)), true);
+  assert.equal(es[1]?.reply, "ack.20");
+  assert.equal(w.redelivered(redelivery(8, 21)), false, "not held");
+  assert.equal(w.redelivered(redelivery(10, 22)), false, "above every held sequence");
+  w.remove(es[2]!);
+  assert.equal(w.redelivered(redelivery(9, 23)), false, "finished: no longer held");
+  assert.equal(w.redelivered(redelivery(3, 24)), true);
+  w.clear();
+  assert.equal(w.redelivered(redelivery(3, 25)), false, "forgotten with the window");
+});

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { parseConfigText } from "../../src/config/load.js";
 import type { LinkConfig } from "../../src/config/types.js";
-import { buildHeaders, entryContext, headerLines } from "../../src/link/entry.js";
+import { buildHeaders, entryContext, headerLines, newEntry } from "../../src/link/entry.js";
 import type { MessageIdentity } from "../../src/link/identity.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
@@ -83,4 +83,11 @@ test("the source time's second is cached per second and read without slicing: ea
   assert.match(at("1796600333000000000"), /Relay-Source-Time: 2026-12-06T23:38:53\.000000000Z/);
   assert.match(at("1796600332000000005"), /Relay-Source-Time: 2026-12-06T23:38:52\.000000005Z/);
   assert.match(at("0000000001"), /Relay-Source-Time: 1970-01-01T00:00:00\.000000001Z/);
+});
+
+test("an entry's source time in ms is read from the nanoseconds' digits (0 for fewer than seven)", () => {
+  const ctx = entryContext(link());
+  assert.equal(newEntry(delivery(1, "1796600332123456789", undefined), firstHop, ctx).sourceMs, 1_796_600_332_123);
+  assert.equal(newEntry(delivery(1, "1234567", undefined), firstHop, ctx).sourceMs, 1);
+  assert.equal(newEntry(delivery(1, "5", undefined), firstHop, ctx).sourceMs, 0);
 });

@@ -51,6 +51,7 @@ export class EntryWindow {
 
   /** A redelivery while we still hold the message: its ack subject acks both. False when not held. */
   redelivered(msg: Delivery): boolean {
+    if (msg.streamSequence > this.highestSeq) return false; // above all it ever held (the common case): no lookup
     const known = this.bySeq.get(msg.streamSequence);
     if (!known) return false;
     known.reply = msg.reply;
