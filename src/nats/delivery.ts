@@ -1,7 +1,7 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/nats-core";
 import type { WireHeaders } from "./wire-headers.js";
-import { copyPayload, wireHeadersOf } from "./wire-headers.js";
+import { copyPayload, rawParts, wireHeadersOf } from "./wire-headers.js";
 
 /**
  * What the relay keeps of one JetStream delivery, read once from the client's message. The payload is
@@ -99,6 +99,7 @@ function digitsIn(s: string, start: number, end: number): number {
 export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string } }): Delivery {
   const reply = m.msg?.reply ?? "";
   const o = ackTokens(reply); // the fields are read straight into the delivery: no object in between
+  const raw = rawParts(m); // read once for the headers and the payload
   return {
     subject: m.subject,
     reply,
@@ -107,7 +108,7 @@ export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string
     consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
     pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
     timestampNanos: reply.slice(ENDS[8 + o]! + 1, ENDS[9 + o]!),
-    headers: wireHeadersOf(m),
-    data: copyPayload(m),
+    headers: wireHeadersOf(m, raw),
+    data: copyPayload(m, raw),
   };
 }

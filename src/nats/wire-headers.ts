@@ -57,11 +57,17 @@ export class WireHeaders {
   }
 }
 
+/** The buffer the client read a message into and where its payload starts (-1: no headers). */
+export interface RawParts {
+  readonly data: Uint8Array;
+  readonly hdr: number;
+}
+
 /**
  * The buffer the client read `m` into and where its payload starts (the header block's length, -1
  * without headers), when this client version keeps them where 3.x does.
  */
-function rawParts(m: JsMsg): { data: Uint8Array; hdr: number } | undefined {
+export function rawParts(m: JsMsg): RawParts | undefined {
   const raw = (m as unknown as { msg?: RawMsg }).msg;
   const hdr = raw?._msg?.hdr;
   const data = raw?._rdata;
@@ -69,8 +75,7 @@ function rawParts(m: JsMsg): { data: Uint8Array; hdr: number } | undefined {
 }
 
 /** The raw header block of `m` (null: none) when the client's buffer is reachable. */
-function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
-  const raw = rawParts(m);
+function rawHeaderBlock(m: JsMsg, raw = rawParts(m)): Uint8Array | null | undefined {
   if (!raw) return undefined;
   return raw.hdr > 0 ? raw.data.subarray(0, raw.hdr) : null;
 }
@@ -80,8 +85,7 @@ function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
  * client's buffer when it is reachable: the client's `data` getter makes a new view on every read.
  * Buffer.allocUnsafe takes payloads under 4 KiB from Node's shared pool (no ArrayBuffer of its own).
  */
-export function copyPayload(m: JsMsg): Uint8Array {
-  const raw = rawParts(m);
+export function copyPayload(m: JsMsg, raw = rawParts(m)): Uint8Array {
   if (raw) {
     const start = raw.hdr > 0 ? raw.hdr : 0;
     const out = Buffer.allocUnsafe(raw.data.length - start);
@@ -100,10 +104,11 @@ export function fastHeadersAvailable(m: JsMsg): boolean {
 }
 
 /** The headers of `m`: WireHeaders when the raw block is reachable, else the client's MsgHdrs. */
-export function wireHeadersOf(m: JsMsg): WireHeaders | MsgHdrs | undefined {
-  const block = rawHeaderBlock(m);
-  if (block === undefined) return m.headers;
-  return block === null ? undefined : new WireHeaders(decoder.decode(block));
+export function wireHeadersOf(m: JsMsg, raw = rawParts(m)): WireHeaders | MsgHdrs | undefined {
+  if (!raw) return m.headers;
+  if (raw.hdr <= 0) return undefined;
+  // A Buffer (as the Node transport reads) decodes its range without a view of it being made first.
+  return new WireHeaders(Buffer.isBuffer(raw.data) ? raw.data.toString("utf8", 0, raw.hdr) : decoder.decode(raw.data.subarray(0, raw.hdr)));
 }
 
 /** The headers of `m` for reading (`get` only). */
