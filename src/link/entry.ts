@@ -1,5 +1,6 @@
 import type { RelayError } from "../errors.js";
 import { HeaderBlock } from "../nats/header-block.js";
+import { HeaderNames } from "../nats/header-names.js";
 import type { Delivery } from "../nats/delivery.js";
 import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
@@ -73,8 +74,8 @@ export interface Entry {
  */
 export interface EntryContext {
   readonly link: LinkConfig;
-  /** Lower-cased header names not copied (see `stripSet`). */
-  readonly strip: ReadonlySet<string>;
+  /** Header names not copied (see `strippedNames`). */
+  readonly strip: HeaderNames;
   readonly time: NanosFormatter;
   /** `Relay-Source: <region> <stream> `: the sequence follows. */
   readonly sourcePrefix: string;
@@ -96,7 +97,7 @@ export function entryContext(link: LinkConfig): EntryContext {
     firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
     expectLine: link.to.expectStream ? `${EXPECTED_STREAM}: ${link.to.stream}\r\n` : "",
   };
-  return { link, strip: stripSet(link), time: new NanosFormatter(), ...parts, bytes: new HeaderBytes(parts) };
+  return { link, strip: strippedNames(link), time: new NanosFormatter(), ...parts, bytes: new HeaderBytes(parts) };
 }
 
 /**
@@ -121,14 +122,13 @@ export function headerLines(copied: string, id: string, hop: string | undefined,
 }
 
 /** The source's header lines that are copied (not stripped, not rewritten), in wire form. */
-function copiedLines(msg: Pick<Delivery, "headers">, strip: ReadonlySet<string>): string {
+function copiedLines(msg: Pick<Delivery, "headers">, strip: HeaderNames): string {
   const src = msg.headers;
-  if (src instanceof WireHeaders) return src.linesExcept(strip, ALWAYS_STRIPPED_PREFIX);
+  if (src instanceof WireHeaders) return src.linesExcept(strip);
   if (!src) return "";
   const out = new HeaderBlock();
   for (const [key, values] of src) {
-    const lower = key.toLowerCase();
-    if (strip.has(lower) || lower.startsWith(ALWAYS_STRIPPED_PREFIX)) continue;
+    if (strip.has(key)) continue;
     for (const v of values) out.append(key, v);
   }
   return out.lines;
@@ -137,9 +137,9 @@ function copiedLines(msg: Pick<Delivery, "headers">, strip: ReadonlySet<string>)
 const isFirstHop = (identity: MessageIdentity, region: string): boolean =>
   identity.origin === region && identity.path.length === 1 && identity.path[0] === region;
 
-/** Lower-cased names never copied from the source: the link's strip list plus the rewritten headers. */
-export function stripSet(link: LinkConfig): ReadonlySet<string> {
-  return new Set([...link.stripHeaders, ...ALWAYS_STRIPPED, ...REWRITTEN_HEADERS].map((h) => h.toLowerCase()));
+/** Names never copied from the source: the link's strip list, the rewritten headers, every `Nats-Expected-*`. */
+export function strippedNames(link: LinkConfig): HeaderNames {
+  return new HeaderNames([...link.stripHeaders, ...ALWAYS_STRIPPED, ...REWRITTEN_HEADERS], ALWAYS_STRIPPED_PREFIX);
 }
 
 export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): Entry {

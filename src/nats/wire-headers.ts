@@ -1,5 +1,6 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import type { Msg, MsgHdrs } from "@nats-io/nats-core";
+import type { HeaderNames } from "./header-names.js";
 
 const decoder = new TextDecoder();
 /** `\r\n<key>:` per key asked for: a handful of constant keys, built once. */
@@ -32,10 +33,10 @@ export class WireHeaders {
   }
 
   /**
-   * The header lines, as on the wire (`Key: value\r\n` each), whose lower-cased key is not in `skip`:
-   * the relay copies a source message's headers this way, without decoding them.
+   * The header lines, as on the wire (`Key: value\r\n` each), whose key is not one of `skip`
+   * (case-insensitively): the relay copies a source message's headers this way, without decoding them.
    */
-  linesExcept(skip: ReadonlySet<string>, skipPrefix?: string): string {
+  linesExcept(skip: HeaderNames): string {
     const text = this.text;
     let out = "";
     let pos = text.indexOf("\r\n") + 2; // past the status line, NATS/1.0
@@ -43,10 +44,7 @@ export class WireHeaders {
       const end = text.indexOf("\r\n", pos);
       if (end <= pos) return out; // the empty line that ends the block (or a truncated block)
       const colon = text.indexOf(":", pos);
-      if (colon > pos && colon < end) {
-        const key = text.slice(pos, colon).trim().toLowerCase();
-        if (!skip.has(key) && !(skipPrefix !== undefined && key.startsWith(skipPrefix))) out += text.slice(pos, end + 2);
-      }
+      if (colon > pos && colon < end && !skip.matches(text, pos, colon)) out += text.slice(pos, end + 2);
       pos = end + 2;
     }
   }
