@@ -52,12 +52,13 @@ export class JetStreamPublisher {
     return this.pending.size;
   }
 
-  publish(subject: string, data: Uint8Array, headers: MsgHdrs, cb: PublishCallback): void {
+  /** `now`: the wall clock (ms) at this publish, when the caller read it already (a pass of many publishes). */
+  publish(subject: string, data: Uint8Array, headers: MsgHdrs, cb: PublishCallback, now = Date.now()): void {
     if (this.closed) {
       cb(new RelayError(ErrorCodes.PUBLISH_FAILED, "publisher closed"), null);
       return;
     }
-    const id = this.pending.add({ cb, subject }, Date.now() + this.timeoutMs);
+    const id = this.pending.add({ cb, subject }, now + this.timeoutMs);
     try {
       this.beforeWrite?.();
       this.nc.publish(subject, data, { headers, reply: `${this.prefix}${id}` });

@@ -100,7 +100,7 @@ export class PublishStage {
         entry.firstAttemptMs = wallNow;
         entry.destFloor = ledger.lastDestSeq;
       }
-      publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.needs.pubAck.onPubAck(entry, attempt, err, ack));
+      publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.needs.pubAck.onPubAck(entry, attempt, err, ack), wallNow);
     }
   }
 
