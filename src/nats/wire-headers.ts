@@ -73,7 +73,8 @@ export function rawParts(m: JsMsg): RawParts | undefined {
 }
 
 /** The raw header block of `m` (null: none) when the client's buffer is reachable. */
-function rawHeaderBlock(m: JsMsg, raw = rawParts(m)): Uint8Array | null | undefined {
+function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
+  const raw = rawParts(m);
   if (!raw) return undefined;
   return raw.hdr > 0 ? raw.data.subarray(0, raw.hdr) : null;
 }
