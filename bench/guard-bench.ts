@@ -44,7 +44,7 @@ const STEADY_ID_TTL_MS = 4_000;
 /** A relayed id's claim: its token and, from the current guard, its key (see GuardItem.key). */
 interface Claimed {
   token: string;
-  key?: string;
+  key?: string | undefined;
 }
 
 interface BenchGuard {
@@ -67,8 +67,7 @@ async function currentGuard(url: string, scope: string, lease: boolean, idTtlMs 
   await g.start();
   const opts = lease ? { leaseRevision: 1 } : {};
   return {
-    claim: async (items) =>
-      (await g.claim(items, undefined, opts)).map((r) => (r.token === undefined ? undefined : r.key === undefined ? { token: r.token } : { token: r.token, key: r.key })),
+    claim: async (items) => (await g.claim(items, undefined, opts)).map((r) => (r.token === undefined ? undefined : { token: r.token, key: r.key })),
     commit: (items) => g.commit(items, opts),
     stop: () => g.stop(),
   };
@@ -134,9 +133,7 @@ async function drive(guard: BenchGuard, count: number, item: (i: number) => Guar
         const c = claims[k];
         if (!c) return;
         const { id, entity, version } = it;
-        const key = c.key;
-        if (entity === undefined || version === undefined) claimed.push(key === undefined ? { id, token: c.token } : { id, token: c.token, key });
-        else claimed.push(key === undefined ? { id, entity, version, token: c.token } : { id, entity, version, token: c.token, key });
+        claimed.push(entity === undefined || version === undefined ? { id, token: c.token, key: c.key } : { id, entity, version, token: c.token, key: c.key });
       });
       if (claimed.length !== items.length)
         throw new Error(`only ${claimed.length} of ${items.length} new ids were claimed`);

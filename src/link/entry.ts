@@ -111,8 +111,7 @@ export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: Entr
   const copied = copiedLines(msg, ctx.strip);
   // The rewritten headers were skipped above (they are in `strip`), so these are sets.
   const hop = isFirstHop(identity, ctx.link.from.region) ? undefined : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
-  const nanos = msg.timestampNanos;
-  const bytes = nanos.length >= 10 ? ctx.bytes.write(copied, identity.id, hop, msg.streamSequence, ctx.time.secondOf(nanos), nanos) : undefined;
+  const bytes = ctx.bytes.write(copied, identity.id, hop, msg.streamSequence, msg.timestampNanos, ctx.time);
   return bytes ? HeaderBlock.fromWire(bytes) : new HeaderBlock(headerLines(copied, identity.id, hop, msg, ctx));
 }
 

@@ -8,6 +8,7 @@
  * builds the block as text instead (the same bytes, by the UTF-8 encoder).
  */
 import { RelayHeaders } from "../protocol/headers.js";
+import type { NanosFormatter } from "../protocol/headers.js";
 
 const ascii = (text: string): Uint8Array => Buffer.from(text, "utf8");
 
@@ -31,11 +32,12 @@ export class HeaderBytes {
 
   /**
    * The block `NATS/1.0`, `copied`, the id line, `hopLines` (undefined: a first hop's constant lines),
-   * the source line with `seq`, the source time (`second`, then the last nine of `nanos`), the
-   * constant tail; undefined when a part is not ASCII or `nanos` has fewer than ten digits.
+   * the source line with `seq`, the source time (`nanos` as `time` formats it), the constant tail;
+   * undefined when a part is not ASCII or `nanos` has fewer than ten digits.
    */
-  write(copied: string, id: string, hopLines: string | undefined, seq: number, second: string, nanos: string): Uint8Array | undefined {
+  write(copied: string, id: string, hopLines: string | undefined, seq: number, nanos: string, time: NanosFormatter): Uint8Array | undefined {
     if (nanos.length < 10) return undefined;
+    const second = time.secondOf(nanos);
     const seqDigits = digitCount(seq);
     const hopLength = hopLines === undefined ? this.firstHop.length : this.newline.length + hopLines.length + this.sourcePrefix.length;
     const length =

@@ -39,13 +39,24 @@ export interface Delivery {
 export function parseAckSubject(reply: string): Pick<Delivery, "streamSequence" | "consumerSequence" | "deliveryCount" | "pending" | "timestampNanos"> {
   const o = ackTokens(reply);
   return {
-    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
-    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
-    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
-    timestampNanos: reply.slice(ENDS[8 + o]! + 1, ENDS[9 + o]!),
-    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
+    deliveryCount: ackNumber(reply, o, DELIVERED),
+    streamSequence: ackNumber(reply, o, STREAM_SEQ),
+    consumerSequence: ackNumber(reply, o, CONSUMER_SEQ),
+    timestampNanos: ackToken(reply, o, TIMESTAMP),
+    pending: ackNumber(reply, o, PENDING),
   };
 }
+
+/** Where the fields are among an ack subject's tokens, from 0 (the domain form; ackTokens gives the offset). */
+const DELIVERED = 6;
+const STREAM_SEQ = 7;
+const CONSUMER_SEQ = 8;
+const TIMESTAMP = 9;
+const PENDING = 10;
+
+/** Token `n` (from 0, domain form) of the ack subject ackTokens read last, shifted by its offset `o`. */
+const ackToken = (reply: string, o: number, n: number): string => reply.slice(ENDS[n - 1 + o]! + 1, ENDS[n + o]!);
+const ackNumber = (reply: string, o: number, n: number): number => digitsIn(reply, ENDS[n - 1 + o]! + 1, ENDS[n + o]!);
 
 /**
  * Reads the token bounds of an ack subject into ENDS (in place: splitting made a dozen strings and an
@@ -58,7 +69,7 @@ function ackTokens(reply: string): number {
   if (!reply.startsWith("$JS.ACK.") || (count !== 9 && count < 11)) {
     throw new TypeError(`not a JetStream delivery (reply subject ${JSON.stringify(reply)})`);
   }
-  if (Number.isNaN(digitsIn(reply, ENDS[8 + o]! + 1, ENDS[9 + o]!))) {
+  if (Number.isNaN(ackNumber(reply, o, TIMESTAMP))) {
     throw new TypeError(`JetStream reply subject without a timestamp: ${JSON.stringify(reply)}`);
   }
   return o;
@@ -103,11 +114,11 @@ export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string
   return {
     subject: m.subject,
     reply,
-    streamSequence: digitsIn(reply, ENDS[6 + o]! + 1, ENDS[7 + o]!),
-    deliveryCount: digitsIn(reply, ENDS[5 + o]! + 1, ENDS[6 + o]!),
-    consumerSequence: digitsIn(reply, ENDS[7 + o]! + 1, ENDS[8 + o]!),
-    pending: digitsIn(reply, ENDS[9 + o]! + 1, ENDS[10 + o]!),
-    timestampNanos: reply.slice(ENDS[8 + o]! + 1, ENDS[9 + o]!),
+    streamSequence: ackNumber(reply, o, STREAM_SEQ),
+    deliveryCount: ackNumber(reply, o, DELIVERED),
+    consumerSequence: ackNumber(reply, o, CONSUMER_SEQ),
+    pending: ackNumber(reply, o, PENDING),
+    timestampNanos: ackToken(reply, o, TIMESTAMP),
     headers: wireHeadersOf(m, raw),
     data: copyPayload(m, raw),
   };

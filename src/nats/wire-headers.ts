@@ -72,13 +72,6 @@ export function rawParts(m: JsMsg): RawParts | undefined {
   return typeof hdr === "number" && data instanceof Uint8Array ? { data, hdr } : undefined;
 }
 
-/** The raw header block of `m` (null: none) when the client's buffer is reachable. */
-function rawHeaderBlock(m: JsMsg): Uint8Array | null | undefined {
-  const raw = rawParts(m);
-  if (!raw) return undefined;
-  return raw.hdr > 0 ? raw.data.subarray(0, raw.hdr) : null;
-}
-
 /**
  * A copy of `m`'s payload (see Delivery in delivery.ts for why a copy), read straight from the
  * client's buffer when it is reachable: the client's `data` getter makes a new view on every read.
@@ -99,7 +92,7 @@ export function copyPayload(m: JsMsg, raw = rawParts(m)): Uint8Array {
 
 /** True when `headersOf` takes the fast path for `m` (a test asserts it, so a client upgrade that moves the internals is noticed). */
 export function fastHeadersAvailable(m: JsMsg): boolean {
-  return rawHeaderBlock(m) !== undefined;
+  return rawParts(m) !== undefined;
 }
 
 /** The headers of `m`: WireHeaders when the raw block is reachable, else the client's MsgHdrs. */
