@@ -21,9 +21,10 @@
  * warms up (the fan-out adapts, old buckets expire); the second half is measured: ids/s, live
  * buckets, Redis and client CPU per id, and from Redis's INFO commandstats the commands the scripts
  * ran per id (calls × µs each) and the scripts' own work around them.
+ * Last, the floor under the lease row (guard-floor.ts): the same commands per id in scripts that do
+ * nothing else, in two calls per batch as the protocol needs and merged into one.
  * Every figure is from this one run on this machine; the ratios compare the layouts.
  */
-import { readFileSync } from "node:fs";
 import { Redis } from "ioredis";
 import { pino } from "pino";
 import { RedisGuard } from "../src/guard/redis-guard.js";
@@ -31,7 +32,8 @@ import type { ClaimedItem, GuardItem } from "../src/guard/types.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { CLAIM_LUA as V1_CLAIM, COMMIT_LUA as V1_COMMIT } from "./fixtures/guard-v1-lua.js";
 import { BUCKETS_PER_TTL, GroupKeys } from "../src/guard/layout.js";
-import { redisCommandStats, scriptInnerCommands } from "./common.js";
+import { cpuSeconds, redisCommandStats, scriptInnerCommands } from "./common.js";
+import { guardFloor } from "./guard-floor.js";
 
 const COUNT = Number(process.env.GUARD_BENCH_IDS ?? 1_000_000);
 const BATCH = 500;
@@ -142,13 +144,6 @@ async function drive(guard: BenchGuard, count: number, item: (i: number) => Guar
   };
   await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
   return (performance.now() - started) / 1000;
-}
-
-const CLOCK_TICKS = 100;
-function cpuSeconds(pid: number | undefined): number {
-  if (!pid) return 0;
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
 }
 
 async function usedMemory(admin: Redis): Promise<number> {
@@ -307,6 +302,17 @@ async function main(): Promise<void> {
       console.log(
         `lease / keyed: ids/s ${ratio(now.idsPerSec, base.idsPerSec)}, Redis CPU per id ${ratio(now.redisCpuPer100k, base.redisCpuPer100k)}, client CPU per id ${ratio(now.clientCpuPer100k, base.clientCpuPer100k)}`,
       );
+      // As many ids per bucket as the lease row's buckets took: the same live ids, hash sizes and key count.
+      const perBucket = Math.round((now.idsPerSec * STEADY_ID_TTL_MS) / 1000);
+      const floors = await guardFloor(admin, redis.pid, perBucket, BATCH, IN_FLIGHT);
+      console.log(
+        `\nthe floor under the lease row: only the commands a new id needs (HEXISTS in both live buckets, HSET into the current one), ` +
+          `in scripts that do nothing else; ${perBucket} ids (a bucket's at the lease row's rate) after as many filled the previous bucket (guard-floor.ts):`,
+      );
+      for (const f of floors)
+        console.log(`${f.name.padEnd(40)}${f.redisUsPerId.toFixed(2).padStart(8)} µs Redis CPU per id (${f.commands.join(", ")}; the scripts' own work ${f.scriptUsPerId.toFixed(2)} µs)`);
+      const [twoCalls] = floors;
+      if (twoCalls) console.log(`lease / floor: Redis CPU per id ${ratio(now.redisCpuPer100k * 10, twoCalls.redisUsPerId)}`);
     }
     admin.disconnect();
   } finally {
