@@ -10,7 +10,7 @@
  * Redis frees each bucket in the background): what the guard adds to these commands is everything it
  * costs beyond this floor.
  * It also runs the two scripts merged into one call per batch: not a guard (nothing can be published
- * between looking and writing), only the lowest cost any layout of hashes in buckets could reach.
+ * between looking and writing), only the lowest cost this layout's commands could reach at all.
  */
 import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
