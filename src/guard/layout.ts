@@ -49,7 +49,10 @@ import { createHash, hash } from "node:crypto";
  *  - a bucket whose span ended is followed by one sized for as many ids as it took, at
  *    BUCKET_TARGET ids per hash;
  *  - a bucket that reaches BUCKET_FILL ids per hash on average before its span ends (the rate grew)
- *    is closed early and followed by one with 4 × its fan-out.
+ *    is closed early and followed by one with 4 × its fan-out. Its end and expiry in the directory
+ *    are brought forward to the close (it is remembered idTtl after its last commit, as a bucket
+ *    that ran its span is), so that claims stop reading it an idTtl after the close instead of an
+ *    idTtl after its span would have ended; its hashes keep the expiry they were given.
  * A claim checks every bucket that has not expired: two hash reads per new id at a steady rate (more
  * for a while after the rate grew and buckets were closed early). Each read is a Redis command run
  * from the script, at 1.0-1.5 µs of Redis CPU apiece in bench:guard's steady phase whatever the

@@ -312,7 +312,7 @@ return {table.concat(codes), anyAgainst and table.concat(against, '\\n') or '', 
  * expired meanwhile. A hash created here gets the bucket's expiry (HSET answers 2: the digest and
  * the marker field "" were both new). A bucket whose span has ended (Redis server time) is not
  * written: a new one is opened and the reply is {'M'}. One that reached BUCKET_FILL ids per hash on
- * average is closed after this batch.
+ * average is closed after this batch, its end and expiry in the directory brought forward to now.
  * Versions advance only by compare-and-set (new > stored), so an older commit arriving late never
  * lowers them; a previous-layout key is advanced only when it exists.
  * Reply: {ids whose claim was no longer ours (and that were not committed already), version fields
@@ -337,7 +337,17 @@ local function open(now, prevF, prevCount, early)
     F = math.max(minF, math.min(${MAX_FANOUT}, math.ceil(prevCount / ${BUCKET_TARGET})))
   end
   local id = now
-  local cur = tonumber(redis.call('HGET', meta, 'c') or '0')
+  local curRaw = redis.call('HGET', meta, 'c')
+  local cur = tonumber(curRaw or '0')
+  if early and curRaw then
+    -- Closed before its span ended: it took its last commit now, so it is remembered idTtl from now
+    -- (not from the end of its span). Claims stop reading it then; its hashes keep their expiry.
+    local closing = redis.call('HGET', meta, 'b' .. curRaw) or ''
+    local cf, cs = string.match(closing, '^(%d+),(%d+),')
+    if cf and cs then
+      redis.call('HSET', meta, 'b' .. curRaw, string.format('%d,%d,%d,%d', tonumber(cf), tonumber(cs), now, now + tonumber(ARGV[10])))
+    end
+  end
   if id <= cur then id = cur + 1 end
   local all = redis.call('HGETALL', meta)
   for k = 1, #all, 2 do

@@ -203,8 +203,14 @@ test("a bucket that fills before its span ends is closed; the next one has 4 × 
   }
   const dir = parseDirectory(await admin.hgetall(new GroupKeys(scope, 0).meta), Date.now());
   assert.equal(dir.buckets.length, 2, JSON.stringify(dir));
-  assert.equal(dir.buckets[1]?.fanout, MIN_FANOUT);
+  const closed = dir.buckets[1]!;
+  assert.equal(closed.fanout, MIN_FANOUT);
   assert.equal(dir.current?.fanout, 4 * MIN_FANOUT);
+  // Closed when the new one opened, and remembered idTtl (60 s here) from then: not from the end
+  // its span would have had (claims would read it for up to another idTtl for nothing).
+  assert.ok(closed.end <= dir.current!.start && closed.end > closed.start, JSON.stringify(dir));
+  assert.ok(closed.end < closed.start + bucketSpanMs(60_000), JSON.stringify(dir));
+  assert.equal(closed.expiresAt, closed.end + 60_000);
   assert.deepEqual(
     [...new Set(decisions(await g.claim([{ id: "f-0" }, { id: `f-${cap - 1}` }, { id: `f-${cap + 999}` }])))],
     ["duplicate"],
