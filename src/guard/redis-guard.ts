@@ -270,6 +270,10 @@ export class RedisGuard implements Guard {
     return this.deps.fence ?? this.deps.linkName;
   }
 
+  get liveBuckets(): number | undefined {
+    return this.layout.liveBuckets;
+  }
+
   /** The LEASE_FENCED refusals since the last claim or commit that passed the fence. */
   get fenced(): GuardFence | undefined {
     return this.refusals.fenced;

@@ -32,6 +32,13 @@ export class LayoutClient {
     this.ctx = new LayoutContext(o);
   }
 
+  /** The most live buckets in any group's cached directory (see Guard.liveBuckets). */
+  get liveBuckets(): number | undefined {
+    let most: number | undefined;
+    for (const st of this.ctx.state) if (st.dir) most = Math.max(most ?? 0, st.dir.buckets.length);
+    return most;
+  }
+
   // ---- claim ------------------------------------------------------------------------------------
 
   async claim(items: readonly GuardItem[], token: string, opts: ClaimOptions): Promise<ClaimResult[]> {

@@ -155,6 +155,12 @@ export interface Guard {
   stop(): Promise<void>;
 
   // ---- Optional: a store that can be checked and can lose its memory (the Redis guard) ------------
+  /**
+   * Buckets of the seen-set a claim reads per new id (its scope's live generations, the most of any
+   * slot group, as the last directory read showed them): 2 at a steady rate, more for an idTtl after
+   * the rate grew and a bucket was closed early. Undefined before the first claim or commit.
+   */
+  readonly liveBuckets?: number | undefined;
   /** The findings of the last settings check (start(), checkSafety()); undefined before. */
   readonly safety?: GuardSafety | undefined;
   /** Checks the store's settings again (eviction policy, persistence, replication); never throws for an unsafe setting. */

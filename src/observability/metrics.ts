@@ -255,6 +255,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "Live members of this relay's group whose group.lease or group.renew differ from this relay's (each lease is judged by the duration its owner stored; 0 once a rolling restart is done)",
       registers,
     }),
+    guardBuckets: new Gauge({
+      name: "relay_guard_buckets",
+      help: "Buckets of the guard's seen-set a claim reads per new id (its scope's live generations): 2 at a steady rate, 3 or more for an idTtl after the rate grew; Redis's CPU per id follows it",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     guardFenced: new Gauge({
       name: "relay_guard_fenced",
       help: "1 while the guard refuses the lease revision this relay holds the link under (LEASE_FENCED although the lease is valid): the link commits nothing, is paused and not ready",

@@ -203,6 +203,7 @@ test("a bucket that fills before its span ends is closed; the next one has 4 × 
   }
   const dir = parseDirectory(await admin.hgetall(new GroupKeys(scope, 0).meta), Date.now());
   assert.equal(dir.buckets.length, 2, JSON.stringify(dir));
+  assert.equal(g.liveBuckets, 2, "what relay_guard_buckets shows: a claim reads both");
   const closed = dir.buckets[1]!;
   assert.equal(closed.fanout, MIN_FANOUT);
   assert.equal(dir.current?.fanout, 4 * MIN_FANOUT);

@@ -78,6 +78,11 @@ test("a new link writes its marker entry silently; FLUSHALL while it runs pauses
   assert.ok(marker.created && /^[0-9a-f]{16}$/.test(marker.id ?? ""), JSON.stringify(marker));
   assert.ok(!logs.text().includes("GUARD_STATE_LOST"));
   assert.equal(await metricValue(relay, "relay_guard_state_lost", { link: "a-to-b" }), 0);
+  // A new scope: one bucket, opened by the first commit (the gauge is set after claims and commits).
+  await check(async () => (await metricValue(relay, "relay_guard_buckets", { link: "a-to-b" })) === 1, {
+    name: "relay_guard_buckets 1 once the first commit's answer is in",
+    timeoutMs: 10_000,
+  });
   assert.equal(await s.admin.ttl(s.key), -1, "the marker never expires");
 
   await s.admin.flushall();

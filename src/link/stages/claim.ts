@@ -23,7 +23,7 @@ import type { UncommittedVersions } from "./versions.js";
 export interface ClaimNeeds {
   readonly link: LinkConfig;
   readonly guard: Guard;
-  readonly metrics: Pick<RelayMetrics, "guardDuration" | "held">;
+  readonly metrics: Pick<RelayMetrics, "guardDuration" | "guardBuckets" | "held">;
   readonly logger: Logger;
   readonly state: Readonly<Pick<PathState, "destination" | "halted">>;
   /** The fencing token of the lease the relay holds the link under, for the guard's fence. */
@@ -114,6 +114,7 @@ export class ClaimStage {
       )
       .then((results) => {
         end();
+        if (guard.liveBuckets !== undefined) this.needs.metrics.guardBuckets.set(this.label, guard.liveBuckets);
         this.retryToken = undefined;
         health.guardRecovered();
         const held: Entry[] = [];

@@ -16,7 +16,7 @@ import type { SourceAckStage } from "./source-ack.js";
 export interface CommitNeeds {
   readonly link: LinkConfig;
   readonly guard: Guard;
-  readonly metrics: Pick<RelayMetrics, "guardDuration">;
+  readonly metrics: Pick<RelayMetrics, "guardDuration" | "guardBuckets">;
   readonly owns: () => boolean;
   /** The fencing token of the lease the relay holds the link under, for the guard's fence. */
   readonly fencingToken: () => FencingTokenOption;
@@ -69,6 +69,7 @@ export class CommitStage {
       .commit(withTokens.map((e) => claimedItem(e, e.deadLetterReason === undefined)), this.needs.fencingToken())
       .then(() => {
         end();
+        if (guard.liveBuckets !== undefined) this.needs.metrics.guardBuckets.set(this.label, guard.liveBuckets);
         health.guardRecovered();
         for (const e of batch) this.needs.sourceAck.finish(e, outcomeOf(e));
       })
