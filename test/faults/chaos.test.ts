@@ -90,12 +90,21 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
   // counts of every relay process, killed ones included (sampled, and read just before a kill), are
   // what the soak allows — any other reorder is a failure.
   const reorders = new Map<number, number>();
+  // Leases lost, per relay process: only a relay that was itself frozen past its lease may lose one. A
+  // server killed or paused (an election of the group bucket's stream or of the destination) must not
+  // take a link from a live owner (README: a leader election shorter than group.lease costs no lease).
+  const leasesLost = new Map<number, number>();
+  const frozen = new Set<number>();
   const sampleReorders = async (ms: readonly Member[]): Promise<void> => {
     await Promise.all(
       ms.map(async (m) => {
-        const n = await scrapeMetric(m.url, "relay_reordered_total", { link: "a-to-b" }).catch(() => undefined);
         const pid = m.process.pid ?? -1;
+        const [n, lost] = await Promise.all([
+          scrapeMetric(m.url, "relay_reordered_total", { link: "a-to-b" }).catch(() => undefined),
+          scrapeMetric(m.url, "relay_lease_transitions_total", { link: "a-to-b", reason: "lost" }).catch(() => undefined),
+        ]);
         if (n !== undefined) reorders.set(pid, Math.max(reorders.get(pid) ?? 0, n));
+        if (lost !== undefined) leasesLost.set(pid, Math.max(leasesLost.get(pid) ?? 0, lost));
       }),
     );
   };
@@ -119,6 +128,7 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
       spawnMember,
       sampleReorders,
       replace: (m) => (members = m),
+      froze: (pid) => frozen.add(pid),
       leaderOf: async (what) => {
         const name =
           what === "source-consumer"
@@ -155,6 +165,9 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
     [],
     "no stale-version drop: the source's versions rise in its own order, so a stale one means the relay reordered",
   );
+  const lostUnfrozen = [...leasesLost].filter(([pid, n]) => n > 0 && !frozen.has(pid)).map(([pid, n]) => `pid ${pid}: ${n}`);
+  t.diagnostic(`leases lost per relay process: ${[...leasesLost].map(([pid, n]) => `${pid}${frozen.has(pid) ? " (frozen)" : ""}: ${n}`).join(", ")}`);
+  assert.deepEqual(lostUnfrozen, [], "only a relay frozen past its lease loses it: server kills and elections take no lease");
   assert.deepEqual(codes, members.map(() => 0), "the surviving members drain and exit 0");
 });
 
@@ -172,6 +185,8 @@ interface Targets {
   spawnMember(): Promise<Member>;
   sampleReorders(members: readonly Member[]): Promise<void>;
   replace(members: Member[]): void;
+  /** A relay process was SIGSTOPped: it may lose its lease. */
+  froze(pid: number): void;
   /** The node leading the source consumer or the destination stream (undefined: not known now). */
   leaderOf(what: "source-consumer" | "dest-stream"): Promise<NatsNode | undefined>;
   /** The relay owning the link (undefined: none, or not known now). */
@@ -213,6 +228,7 @@ async function inject(fault: ScheduledFault, x: Targets): Promise<string> {
     }
     case "pause-relay": {
       const m = (sharp ? await x.owner() : undefined) ?? pick(x.members);
+      x.froze(m.process.pid ?? -1);
       m.process.signal("SIGSTOP");
       await delay(d);
       m.process.signal("SIGCONT");
