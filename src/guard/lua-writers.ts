@@ -18,7 +18,12 @@
  * Writes stay on this node, as claims do (see the top of lua.ts). Entries silent for ten claim
  * TTLs are dropped.
  *
- * Sets: now (server ms), others (another live writer), leased (another live "L" writer).
+ * A writer is its name (ARGV[13], GuardDeps.writer): the link's relay goes by its lease key, and
+ * every other caller of the same link (`repair`) by a name of its own, or it would skip the relay's
+ * entry here (blind to its lease-mode claims) and overwrite the relay's word with its own.
+ *
+ * Sets: now (server ms), others (another live writer), leased (another live "L" writer), keyed
+ * (another live "K" writer: it may hold claim keys, whose ids show but not the versions they carry).
  */
 export const WRITERS = `
 local now
@@ -26,7 +31,7 @@ do
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local others, leased = false, false
+local others, leased, keyed = false, false, false
 do
   local ttl = tonumber(ARGV[7])
   local all = redis.call('HGETALL', KEYS[3])
@@ -37,6 +42,7 @@ do
       if at and at > now - ttl then
         others = true
         if word == 'L' then leased = true end
+        if word == 'K' then keyed = true end
       elseif not at or at < now - 10 * ttl then
         redis.set_repl(redis.REPL_NONE)
         redis.call('HDEL', KEYS[3], all[k])
