@@ -22,8 +22,13 @@
  * every other caller of the same link (`repair`) by a name of its own, or it would skip the relay's
  * entry here (blind to its lease-mode claims) and overwrite the relay's word with its own.
  *
+ * Repair (CLAIM's repair rule) leaves an item with a version in flight while another live writer says
+ * "L" or "K": a claim by lease shows nothing, a keyed claim shows its id but not the version it
+ * carries, so a newer version of the entity may be published and not yet committed, and the repaired
+ * one (equal to the stored version or newer) would land after it. A writer that says "l" holds none.
+ *
  * Sets: now (server ms), others (another live writer), leased (another live "L" writer), keyed
- * (another live "K" writer: it may hold claim keys, whose ids show but not the versions they carry).
+ * (another live "K" writer).
  */
 export const WRITERS = `
 local now
