@@ -37,7 +37,7 @@ test("a MaxAckPending update lost on the way to the source is retried: the serve
     timeoutMs: 20_000,
   });
   const jsm = await jetstreamManager(nca);
-  const serverMax = async () => (await jsm.consumers.info(src, "relay-a-to-b")).config.max_ack_pending;
+  const serverMax = async () => (await jsm.consumers.info(src, "relay-a-to-b")).config.max_ack_pending ?? 0;
   const before = await serverMax();
   assert.equal(relay.status().links[0]?.window?.messages, before);
 
