@@ -1,8 +1,10 @@
+import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig, MaxRate } from "../config/types.js";
 import { toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { isApiCode } from "../nats/durable-consumer.js";
 import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
@@ -424,6 +426,12 @@ export class LinkWindow {
             },
             "could not change the consumer's MaxAckPending: retrying",
           );
+          // Gone (deleted, or its stream): the placement that re-creates it carries the window.
+          if (
+            isApiCode(err, JetStreamApiCodes.ConsumerNotFound) ||
+            isApiCode(err, JetStreamApiCodes.StreamNotFound)
+          )
+            return;
           await sleep(retryMs, signal);
         }
       }

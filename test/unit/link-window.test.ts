@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import pino from "pino";
 import { Registry } from "prom-client";
+import { JetStreamApiError } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { parseConfigText } from "../../src/config/load.js";
 import { initialWindow, LinkWindow } from "../../src/link/link-window.js";
@@ -146,14 +147,17 @@ test("link window: within a region (a round trip under 10 ms) slow start stops a
  * A consumer whose MaxAckPending updates fail `failures` times (a consumer leader election: "JetStream
  * system temporarily unavailable") and then succeed; `server.max` is what the server has.
  */
-function flakyConsumer(failures: number) {
+function flakyConsumer(
+  failures: number,
+  error: () => Error = () => new Error("JetStream system temporarily unavailable"),
+) {
   const server = { max: 1000, calls: [] as number[] };
   let left = failures;
   const jsm = {
     consumers: {
       update: (_stream: string, _durable: string, cfg: { max_ack_pending: number }) => {
         server.calls.push(cfg.max_ack_pending);
-        if (left-- > 0) return Promise.reject(new Error("JetStream system temporarily unavailable"));
+        if (left-- > 0) return Promise.reject(error());
         server.max = cfg.max_ack_pending;
         return Promise.resolve({});
       },
@@ -238,4 +242,22 @@ test("link window: a stopped link stops retrying its MaxAckPending update", asyn
     `no retries after the stop (${server.calls.length - calls} more)`,
   );
   assert.equal(await w.metric("relay_pull_window_messages"), 1000);
+});
+
+test("link window: a consumer that is gone is not updated again: the placement that re-creates it carries the window", async () => {
+  const { server, jsm } = flakyConsumer(
+    Infinity,
+    () => new JetStreamApiError({ code: 404, err_code: 10014, description: "consumer not found" }),
+  );
+  const w = windowWith(jsm);
+  w.deliver(1000, 0);
+  w.deliver(1000, 100);
+  await check(async () => (await w.metric("relay_pull_window_update_failures_total")) === 1, {
+    name: "the refusal counted",
+    timeoutMs: 5_000,
+  });
+  await new Promise((resolve) => setTimeout(resolve, 400));
+  assert.deepEqual(server.calls, [2000], "not retried");
+  w.window.placed({});
+  assert.equal(w.window.status().messages, w.window.maxAckPending, "placed: the cursor carries the window");
 });
