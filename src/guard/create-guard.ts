@@ -19,6 +19,13 @@ export interface GuardDeps {
    * and commits of an older one (a paused ex-owner). Default: the link name.
    */
   readonly fence?: string;
+  /**
+   * The name this caller's claims and commits go by among the scope's writers (lua.ts WRITERS): a
+   * writer sees every live writer of its scope but itself. Default: the fence, which is the link's
+   * relay. Any other caller of the same link (`repair`) needs a name of its own: under the relay's name
+   * it would not see the relay's live claims, and would overwrite the relay's word.
+   */
+  readonly writer?: string;
 }
 
 /**

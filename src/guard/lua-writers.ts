@@ -18,7 +18,17 @@
  * Writes stay on this node, as claims do (see the top of lua.ts). Entries silent for ten claim
  * TTLs are dropped.
  *
- * Sets: now (server ms), others (another live writer), leased (another live "L" writer).
+ * A writer is its name (ARGV[13], GuardDeps.writer): the link's relay goes by its lease key, and
+ * every other caller of the same link (`repair`) by a name of its own, or it would skip the relay's
+ * entry here (blind to its lease-mode claims) and overwrite the relay's word with its own.
+ *
+ * Repair (CLAIM's repair rule) leaves an item with a version in flight while another live writer says
+ * "L" or "K": a claim by lease shows nothing, a keyed claim shows its id but not the version it
+ * carries, so a newer version of the entity may be published and not yet committed, and the repaired
+ * one (equal to the stored version or newer) would land after it. A writer that says "l" holds none.
+ *
+ * Sets: now (server ms), others (another live writer), leased (another live "L" writer), keyed
+ * (another live "K" writer).
  */
 export const WRITERS = `
 local now
@@ -26,7 +36,7 @@ do
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local others, leased = false, false
+local others, leased, keyed = false, false, false
 do
   local ttl = tonumber(ARGV[7])
   local all = redis.call('HGETALL', KEYS[3])
@@ -37,6 +47,7 @@ do
       if at and at > now - ttl then
         others = true
         if word == 'L' then leased = true end
+        if word == 'K' then keyed = true end
       elseif not at or at < now - 10 * ttl then
         redis.set_repl(redis.REPL_NONE)
         redis.call('HDEL', KEYS[3], all[k])

@@ -134,7 +134,7 @@ end
  *   ARGV[11]  inline: the entities' fields, 8 bytes each
  *   ARGV[12]  not inline (Redis Cluster: versions live in other slots): per entity "<stored>\n",
  *             read just before; "" when inline
- *   ARGV[13]  the caller's writer name (its fence)   ARGV[14] "L": lease mode (no claim keys), "K": keyed
+ *   ARGV[13]  the caller's writer name   ARGV[14] "L": lease mode (no claim keys), "K": keyed
  *   ARGV[15]  keyed: the caller's writer word ("L" while it still holds lease-mode ids, else "K")
  * Reply: {decision codes, one character per item; stored versions compared against, "\n"-separated
  * per item ("" when none), or "" when no item had one; "1" when no other writer is live, else ""};
@@ -155,8 +155,8 @@ end
  *     expires, calling it duplicate would ack a message that was never published.
  * An item without a version tries `SET NX` once it is not in a bucket: when the id is new (the common
  * case) that is the whole check; otherwise the claim key is read and 2, 4 and 5 apply as above.
- * Repair (`jetstream-relay repair`, ids read as missing in the destination): 2 is skipped (a committed
- * id is claimed again) and 3 is `version < ...` (an equal version is the message that set it).
+ * Repair (ids `jetstream-relay repair` read as missing): 2 is skipped (a committed id is claimed again),
+ * 3 is `version < ...`, and an item with a version is in-flight while a writer says "L" or "K" (WRITERS).
  * Earlier relay/in-flight items raise the batch's per-entity maximum: publishing 81 after an 82 that
  * is being published would reorder the entity at the destination.
  */
@@ -240,7 +240,7 @@ for i = 1, n do
         break
       end
     end
-    if decision == nil and (lease or blocked) then
+    if decision == nil and (lease or blocked or (repair and keyed and j > 0)) then
       local v, stale, raw
       if j > 0 then v, stale, raw = versus(j, vRaw) end
       if raw then

@@ -28,6 +28,8 @@ export interface RedisGuardDeps {
   readonly linkName: string;
   /** The link's lease key (see GuardDeps.fence); default: the link name. */
   readonly fence?: string;
+  /** The caller's name among the scope's writers (see GuardDeps.writer); default: the fence. */
+  readonly writer?: string;
   /** Timeouts and backoff; tests shorten them. */
   readonly tuning?: Partial<RedisTuning>;
   /** Buckets per idTtl (layout.ts); bench:guard compares the default with others. */
@@ -78,6 +80,7 @@ export class RedisGuard implements Guard {
       groups: connection.cluster ? CLUSTER_GROUPS : 1,
       linkName: deps.linkName,
       fence: deps.fence ?? deps.linkName,
+      writer: deps.writer ?? deps.fence ?? deps.linkName,
       idTtlMs: config.idTtlMs,
       claimTtlMs: config.claimTtlMs,
       expectedEntities: config.versions?.expectedEntities ?? DEFAULT_EXPECTED_ENTITIES,

@@ -76,7 +76,7 @@ export async function claimGroup(
       )
       .binaryArg(inline ? [...entities.keys()].map((e) => entityField(e.digest)).join("") : "")
       .arg(inline ? "" : [...entities.keys()].map((e) => `${floors.get(e.name) ?? ""}\n`).join(""))
-      .arg(ctx.o.fence)
+      .arg(ctx.o.writer)
       .arg(lease ? "L" : "K")
       .arg(ctx.leaseClaims.keyedClaimWord());
     // Ids this call relays by the lease count as held from when it is sent (lease-claims.ts).

@@ -102,7 +102,7 @@ export async function commitGroup(
       .arg(claims.width)
       .arg(ctx.minFanout)
       .arg(keyedItems.length)
-      .arg(ctx.o.fence)
+      .arg(ctx.o.writer)
       .arg(ctx.leaseClaims.commitWord(st.leaseMode, leaseEnding));
     const writes = items.length > 0 || records.length > 0;
     const reply = await ctx.sender.send("commit", COMMIT, args, writes && ctx.o.waitReplicas > 0);

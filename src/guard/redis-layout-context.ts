@@ -23,6 +23,8 @@ export interface LayoutClientOptions extends ScriptSenderOptions {
   readonly linkName: string;
   /** The link's lease key: the fence keys' name. */
   readonly fence: string;
+  /** The caller's name among the scope's writers (lua.ts WRITERS; GuardDeps.writer). */
+  readonly writer: string;
   readonly idTtlMs: number;
   readonly claimTtlMs: number;
   readonly expectedEntities: number;

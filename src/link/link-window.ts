@@ -1,7 +1,10 @@
+import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig, MaxRate } from "../config/types.js";
 import { toRelayError } from "../errors.js";
+import { Backoff, sleep } from "../lifecycle/backoff.js";
+import { isApiCode } from "../nats/durable-consumer.js";
 import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
@@ -26,15 +29,20 @@ const PATH_RTT_SPAN_MS = 60_000;
  * in scavenges and peaked at 210-240 MB; at two batches 0.7 s and 180-200 MB, at the same rate.
  * The memory is bounded by inFlightBytes whatever the window.
  */
-export function initialWindow(link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">, rttMs?: number): number {
+export function initialWindow(
+  link: Pick<LinkConfig, "guard" | "inFlight" | "batchSize">,
+  rttMs?: number,
+): number {
   if (link.guard || (rttMs !== undefined && rttMs >= WAN_RTT_MS)) return link.inFlight;
   return Math.min(link.inFlight, 2 * link.batchSize);
 }
 
 /** The window as `/status` shows it. */
 export interface WindowStatus {
-  /** Messages the source may have delivered and not had acked (the consumer's MaxAckPending). */
+  /** Messages the source may have delivered and not had acked (the consumer's MaxAckPending, as the server has it). */
   readonly messages: number;
+  /** The window asked of the server and not taken yet (its update is being retried). */
+  readonly pending?: number;
   /** What holds the link now: rtt, bytes cap, messages cap, destination, relay, idle (or bytes held: inFlightBytes reached). */
   readonly limit: WindowLimit | "bytes held";
   /** The largest window the caps allow now. */
@@ -56,8 +64,22 @@ export interface LinkWindowDeps {
   readonly metrics: RelayMetrics;
   readonly logger: Logger;
   /** The rate cap feeding the window (rate-cap.ts): what it holds counts as held, and its cap is a ceiling. */
-  readonly rate: Pick<RateCap, "maxRate" | "size" | "bytes" | "heldSince" | "heldWithin" | "set" | "cappedSeconds">;
+  readonly rate: Pick<
+    RateCap,
+    "maxRate" | "size" | "bytes" | "heldSince" | "heldWithin" | "set" | "cappedSeconds"
+  >;
+  /** The link stops: a MaxAckPending update being retried gives up. */
+  readonly signal?: AbortSignal;
+  /**
+   * Whether this relay places the link's cursor now (lease valid, not standby): a failed MaxAckPending
+   * update is retried only while it does (a new owner's placement carries its own window). Default: always.
+   */
+  readonly owns?: () => boolean;
 }
+
+/** Backoff of a MaxAckPending update the server refused (a consumer leader election, a timeout). */
+const UPDATE_RETRY_BASE_MS = 100;
+const UPDATE_RETRY_MAX_MS = 5_000;
 
 /**
  * A link's pull window, sized by the window controller (window-controller.ts) and applied as the source
@@ -70,7 +92,10 @@ export interface LinkWindowDeps {
  *
  * Observed once per poll: the delivery counters, what the relay holds and what of it waits for the
  * destination, the source's backlog and (every 5 s) the round trip; a decision that moves the window
- * by 25 % or more updates the consumer.
+ * by 25 % or more updates the consumer. An update the server refuses (during a consumer leader
+ * election, say) is retried with backoff, always with the latest window, until the server has it: the
+ * window is recorded as applied, and shown by `/status` and `relay_pull_window_messages`, only once
+ * the server took it.
  */
 export class LinkWindow {
   private controller: WindowController;
@@ -90,9 +115,14 @@ export class LinkWindow {
   private cap: number;
   /** inFlightBytes reached: MaxAckPending is what the relay holds until half is acked. */
   private held = false;
-  /** What the consumer's MaxAckPending is now (as last set or created). */
+  /** What the consumer's MaxAckPending is now: as the cursor was placed, or as the last update the server took. */
   private applied: number;
-  private updating: Promise<void> | undefined;
+  /** The MaxAckPending the link wants (a cursor placed now gets it); updates run until `applied` is this. */
+  private wanted: number;
+  /** Why `wanted` was set last (logged when the server takes it). */
+  private reason: { fields: Record<string, unknown>; msg: string } = { fields: {}, msg: "" };
+  /** An update loop is running (one at a time; it always sends the latest `wanted`). */
+  private updating = false;
   private observedAt = performance.now();
   /** The event loop's busy time at the last observation: the share since then tells a relay at its CPU limit. */
   private elu = performance.eventLoopUtilization();
@@ -111,6 +141,7 @@ export class LinkWindow {
     this.controller = this.newController({});
     this.cap = config.inFlight;
     this.applied = this.controller.window;
+    this.wanted = this.applied;
     deps.metrics.pullWindow.set({ link: config.name }, this.controller.window);
   }
 
@@ -118,12 +149,14 @@ export class LinkWindow {
   pullOptions(): { max_messages: number; threshold_messages?: number } {
     const { inFlight, batchSize } = this.deps.config;
     const threshold = inFlight - batchSize;
-    return threshold > 0 ? { max_messages: inFlight, threshold_messages: threshold } : { max_messages: inFlight };
+    return threshold > 0
+      ? { max_messages: inFlight, threshold_messages: threshold }
+      : { max_messages: inFlight };
   }
 
   /** The MaxAckPending a cursor placed now gets (the window, or what is held while the byte bound holds). */
   get maxAckPending(): number {
-    return this.applied;
+    return this.wanted;
   }
 
   /** inFlightBytes reached, or the rate cap holds the link (or did within the last second). */
@@ -139,7 +172,8 @@ export class LinkWindow {
     this.deps.rate.set(maxRate);
     const window = this.controller.setMaxRate(maxRate);
     this.deps.logger.info({ maxRate: maxRate ?? "none", window }, "rate cap changed");
-    if (owner && !this.held) this.set(window, { maxRate, limit: this.controller.limit }, "pull window resized to the new rate cap");
+    if (owner && !this.held)
+      this.set(window, { maxRate, limit: this.controller.limit }, "pull window resized to the new rate cap");
   }
 
   /**
@@ -157,10 +191,26 @@ export class LinkWindow {
     const now = performance.now();
     this.round = { delivered: 0, minHeld: Infinity, first: false, startedAt: now };
     if (first || this.throttled) return;
-    const decision = this.controller.roundTrip(round.minHeld, sourcePending, this.pathRtt?.ms, now - round.startedAt);
+    const decision = this.controller.roundTrip(
+      round.minHeld,
+      sourcePending,
+      this.pathRtt?.ms,
+      now - round.startedAt,
+    );
     if (decision?.changed) {
       this.exportLimit(decision.limit);
-      this.set(decision.window, { limit: decision.limit, minHeld: round.minHeld, sourcePending, rttMs: this.rttMs, pathRttMs: this.pathRtt?.ms, cap: decision.cap }, "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)");
+      this.set(
+        decision.window,
+        {
+          limit: decision.limit,
+          minHeld: round.minHeld,
+          sourcePending,
+          rttMs: this.rttMs,
+          pathRttMs: this.pathRtt?.ms,
+          cap: decision.cap,
+        },
+        "pull window doubled: the relay did not hold most of it through a round trip's deliveries (slow start)",
+      );
     }
   }
 
@@ -175,9 +225,12 @@ export class LinkWindow {
   placed(sizes: { avgMessageBytes?: number; maxMessageBytes?: number } = {}, rttMs?: number): void {
     this.held = false;
     this.round = { delivered: 0, minHeld: Infinity, first: true, startedAt: 0 };
-    if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0 && this.rttMs === undefined) this.noteRtt(rttMs);
+    if (rttMs !== undefined && Number.isFinite(rttMs) && rttMs >= 0 && this.rttMs === undefined)
+      this.noteRtt(rttMs);
     if (this.delivered === 0) this.controller = this.newController(sizes);
+    // The cursor carries it: an update still being retried ends when it sees `applied` is `wanted`.
     this.applied = this.controller.window;
+    this.wanted = this.applied;
     this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, this.applied);
     // `/status` shows the limit and the round trip from here on: so do the metrics.
     this.exportLimit(this.controller.limit);
@@ -192,8 +245,12 @@ export class LinkWindow {
       batchSize: config.batchSize,
       initial: initialWindow(config, this.rttMs),
       ...(this.deps.rate.maxRate !== undefined ? { maxRate: this.deps.rate.maxRate } : {}),
-      ...(sizes.avgMessageBytes !== undefined && sizes.avgMessageBytes > 0 ? { avgMessageBytes: sizes.avgMessageBytes } : {}),
-      ...(sizes.maxMessageBytes !== undefined && sizes.maxMessageBytes > 0 ? { maxMessageBytes: sizes.maxMessageBytes } : {}),
+      ...(sizes.avgMessageBytes !== undefined && sizes.avgMessageBytes > 0
+        ? { avgMessageBytes: sizes.avgMessageBytes }
+        : {}),
+      ...(sizes.maxMessageBytes !== undefined && sizes.maxMessageBytes > 0
+        ? { maxMessageBytes: sizes.maxMessageBytes }
+        : {}),
     });
   }
 
@@ -208,15 +265,28 @@ export class LinkWindow {
     const bound = this.deps.config.inFlightBytes;
     if (!this.held && bytes >= bound) {
       this.held = true;
-      this.set(Math.max(1, size), { bytes, inFlightBytes: bound }, "in-flight bytes at the bound: the source delivers no more until half is acked");
+      this.set(
+        Math.max(1, size),
+        { bytes, inFlightBytes: bound },
+        "in-flight bytes at the bound: the source delivers no more until half is acked",
+      );
     } else if (this.held && bytes < bound / 2) {
       this.held = false;
-      this.set(this.controller.window, { bytes, inFlightBytes: bound }, "in-flight bytes below half the bound: delivery resumes");
+      this.set(
+        this.controller.window,
+        { bytes, inFlightBytes: bound },
+        "in-flight bytes below half the bound: delivery resumes",
+      );
     }
   }
 
   /** One poll: sizes the window from what the link did since the last one (owner only). */
-  observe(now: { held: number; heldBytes: number; awaitingDestination: number; sourcePending: number }): void {
+  observe(now: {
+    held: number;
+    heldBytes: number;
+    awaitingDestination: number;
+    sourcePending: number;
+  }): void {
     this.measureRtt();
     const since = this.observedAt;
     this.observedAt = performance.now();
@@ -246,13 +316,20 @@ export class LinkWindow {
     if (!decision.changed || this.held) return;
     this.set(
       decision.window,
-      { limit: decision.limit, ratePerSec: Math.round(decision.ratePerSec), rttMs: this.rttMs, neededForRtt: decision.neededForRtt, cap: decision.cap },
+      {
+        limit: decision.limit,
+        ratePerSec: Math.round(decision.ratePerSec),
+        rttMs: this.rttMs,
+        neededForRtt: decision.neededForRtt,
+        cap: decision.cap,
+      },
       "pull window resized",
     );
   }
 
   private exportRtt(): void {
-    if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs) this.deps.metrics.sourceRtt.set({ link: this.deps.config.name }, this.rttMs / 1000);
+    if (this.rttMs !== undefined && this.rttMs !== this.exported.rttMs)
+      this.deps.metrics.sourceRtt.set({ link: this.deps.config.name }, this.rttMs / 1000);
     this.exported.rttMs = this.rttMs;
   }
 
@@ -266,12 +343,18 @@ export class LinkWindow {
   status(): WindowStatus {
     return {
       messages: this.applied,
+      ...(this.wanted !== this.applied ? { pending: this.wanted } : {}),
       limit: this.held ? "bytes held" : this.controller.limit,
       cap: this.cap,
       ...(this.rttMs !== undefined ? { rttMs: Math.round(this.rttMs * 10) / 10 } : {}),
       ratePerSec: Math.round(this.ratePerSec),
       ...(this.neededForRtt !== undefined ? { neededForRtt: this.neededForRtt } : {}),
-      ...(this.deps.rate.maxRate !== undefined ? { maxRate: this.deps.rate.maxRate, rateCappedSeconds: Math.round(this.deps.rate.cappedSeconds * 10) / 10 } : {}),
+      ...(this.deps.rate.maxRate !== undefined
+        ? {
+            maxRate: this.deps.rate.maxRate,
+            rateCappedSeconds: Math.round(this.deps.rate.cappedSeconds * 10) / 10,
+          }
+        : {}),
     };
   }
 
@@ -289,24 +372,77 @@ export class LinkWindow {
     this.rttMs = ms;
     const now = performance.now();
     const path = this.pathRtt;
-    if (path === undefined || ms <= path.ms || now - path.at > PATH_RTT_SPAN_MS) this.pathRtt = { ms, at: now };
+    if (path === undefined || ms <= path.ms || now - path.at > PATH_RTT_SPAN_MS)
+      this.pathRtt = { ms, at: now };
   }
 
-  /** Sets the consumer's MaxAckPending (one update at a time; the latest wins). */
+  /**
+   * Sets the consumer's MaxAckPending: one update at a time, the latest window wins, a refused update
+   * is retried with backoff while this relay places the cursor and the link runs.
+   */
   private set(max: number, fields: Record<string, unknown>, msg: string): void {
-    if (max === this.applied) return;
+    if (max === this.wanted) return;
+    this.wanted = max;
+    this.reason = { fields, msg };
+    if (this.updating) return; // the running loop sends it next
+    this.update().catch((err: unknown) => {
+      // update() catches the server's refusals itself: this is a bug, logged rather than left floating.
+      this.deps.logger.error({ err: toRelayError(err).message }, "MaxAckPending update loop failed");
+    });
+  }
+
+  private async update(): Promise<void> {
+    const { config, logger, metrics, signal } = this.deps;
+    const link = config.name;
+    const backoff = new Backoff(UPDATE_RETRY_BASE_MS, UPDATE_RETRY_MAX_MS);
+    this.updating = true;
+    try {
+      while (this.wanted !== this.applied) {
+        if (signal?.aborted || !(this.deps.owns?.() ?? true)) return;
+        const jsm = this.deps.jsm();
+        const max = this.wanted;
+        if (!jsm) {
+          // No consumer yet: the placement creates it with the window.
+          this.apply(max);
+          return;
+        }
+        const { fields, msg } = this.reason;
+        try {
+          await jsm.consumers.update(config.from.stream, config.durableName, { max_ack_pending: max });
+          this.apply(max);
+          backoff.reset();
+          logger.info({ ...fields, maxAckPending: max }, msg);
+        } catch (err) {
+          metrics.pullWindowUpdateFailures.inc({ link });
+          const retryMs = backoff.next();
+          logger.warn(
+            {
+              ...fields,
+              maxAckPending: max,
+              serverMaxAckPending: this.applied,
+              attempt: backoff.attempts,
+              retryMs,
+              err: toRelayError(err).message,
+            },
+            "could not change the consumer's MaxAckPending: retrying",
+          );
+          // Gone (deleted, or its stream): the placement that re-creates it carries the window.
+          if (
+            isApiCode(err, JetStreamApiCodes.ConsumerNotFound) ||
+            isApiCode(err, JetStreamApiCodes.StreamNotFound)
+          )
+            return;
+          await sleep(retryMs, signal);
+        }
+      }
+    } finally {
+      this.updating = false;
+    }
+  }
+
+  /** The server has `max` as the consumer's MaxAckPending. */
+  private apply(max: number): void {
     this.applied = max;
     this.deps.metrics.pullWindow.set({ link: this.deps.config.name }, max);
-    const { config, logger } = this.deps;
-    const run = async (): Promise<void> => {
-      await this.updating;
-      const jsm = this.deps.jsm();
-      if (!jsm || this.applied !== max) return;
-      await jsm.consumers.update(config.from.stream, config.durableName, { max_ack_pending: max }).then(
-        () => logger.info({ ...fields, maxAckPending: max }, msg),
-        (err: unknown) => logger.warn({ ...fields, maxAckPending: max, err: toRelayError(err).message }, "could not change the consumer's MaxAckPending"),
-      );
-    };
-    this.updating = run();
   }
 }

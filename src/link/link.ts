@@ -232,7 +232,7 @@ export class Link {
       working: (reply) => acks.working(reply),
     });
     const roundTrip = deps.roundTrips?.of(deps.source) ?? new RoundTripMeter(deps.source, RTT_WAIT_MS);
-    this.window = new LinkWindow({ config, roundTrip, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate });
+    this.window = new LinkWindow({ config, roundTrip, jsm: () => this.loop.jsm, metrics: deps.metrics, logger: this.logger, rate: this.rate, signal: this.abort.signal, owns: () => deps.lease.valid() && !this.ownership.standby });
     this.stallWatch = new StallWatch({
       stallAfterMs: config.stallAfterMs,
       filtered: config.from.filterSubject !== undefined,

@@ -96,6 +96,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    pullWindowUpdateFailures: new Counter({
+      name: "relay_pull_window_update_failures_total",
+      help: "MaxAckPending updates of the link's source consumer the server refused or did not answer (each is retried with backoff until the server has the window)",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     windowLimit: new Gauge({
       name: "relay_window_limit",
       help: "1 for what holds the link's pull window where it is now (rtt, bytes cap, messages cap, destination, relay, idle, rate cap), 0 for the others",

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import { pino } from "pino";
@@ -68,56 +69,68 @@ export async function repairLink(
   const started = Date.now();
   const link = findLink(config, linkName, "repair");
   const logger = opts.logger ?? pino({ level: "silent" });
-  return withLinkSides(config, link, { logger, command: "repair", ...connectTimeout(opts) }, async (sides) => {
-    const missing: RepairItem[] = [];
-    const report = await verifySides(link, config.links, sides, {
-      logger,
-      ...(opts.progress ? { progress: opts.progress } : {}),
-      onMissing: (m) => missing.push({ id: m.id, sourceSeq: m.sourceSeq }),
-    });
-    const inRange = (i: RepairItem) =>
-      (opts.fromSeq === undefined || i.sourceSeq >= opts.fromSeq) &&
-      (opts.toSeq === undefined || i.sourceSeq <= opts.toSeq);
-    const planned = missing.filter(inRange);
-    const store = link.guard?.store.kind;
-    const result = (guardCommitError?: string): RepairResult => ({
-      link: link.name,
-      source: { region: link.from.region, stream: link.from.stream },
-      destination: { region: link.to.region, stream: link.to.stream },
-      guard: store === undefined ? "none" : store === "memory" ? "memory" : "redis",
-      versions: link.guard?.versions !== undefined,
-      ...(opts.fromSeq === undefined ? {} : { fromSeq: opts.fromSeq }),
-      ...(opts.toSeq === undefined ? {} : { toSeq: opts.toSeq }),
-      missing: report.missing.count,
-      outsideRange: missing.length - planned.length,
-      dryRun: opts.dryRun === true,
-      items: planned,
-      ...(guardCommitError === undefined ? {} : { guardCommitError }),
-      elapsedMs: Date.now() - started,
-    });
-    if (opts.dryRun || planned.length === 0) return result();
-    // The memory guard lives in the relay's own process: repair cannot ask it, so it goes without.
-    const guard = store === "redis" ? await openGuard(link, logger) : undefined;
-    try {
-      const commitError = await repairMessages(link, sides, planned, guard, opts);
-      return result(commitError);
-    } finally {
-      await guard?.stop().catch(() => undefined);
-    }
-  });
+  return withLinkSides(
+    config,
+    link,
+    { logger, command: "repair", ...connectTimeout(opts) },
+    async (sides) => {
+      const missing: RepairItem[] = [];
+      const report = await verifySides(link, config.links, sides, {
+        logger,
+        ...(opts.progress ? { progress: opts.progress } : {}),
+        onMissing: (m) => missing.push({ id: m.id, sourceSeq: m.sourceSeq }),
+      });
+      const inRange = (i: RepairItem) =>
+        (opts.fromSeq === undefined || i.sourceSeq >= opts.fromSeq) &&
+        (opts.toSeq === undefined || i.sourceSeq <= opts.toSeq);
+      const planned = missing.filter(inRange);
+      const store = link.guard?.store.kind;
+      const result = (guardCommitError?: string): RepairResult => ({
+        link: link.name,
+        source: { region: link.from.region, stream: link.from.stream },
+        destination: { region: link.to.region, stream: link.to.stream },
+        guard: store === undefined ? "none" : store === "memory" ? "memory" : "redis",
+        versions: link.guard?.versions !== undefined,
+        ...(opts.fromSeq === undefined ? {} : { fromSeq: opts.fromSeq }),
+        ...(opts.toSeq === undefined ? {} : { toSeq: opts.toSeq }),
+        missing: report.missing.count,
+        outsideRange: missing.length - planned.length,
+        dryRun: opts.dryRun === true,
+        items: planned,
+        ...(guardCommitError === undefined ? {} : { guardCommitError }),
+        elapsedMs: Date.now() - started,
+      });
+      if (opts.dryRun || planned.length === 0) return result();
+      // The memory guard lives in the relay's own process: repair cannot ask it, so it goes without.
+      const guard = store === "redis" ? await openGuard(link, logger) : undefined;
+      try {
+        const commitError = await repairMessages(link, sides, planned, guard, opts);
+        return result(commitError);
+      } finally {
+        await guard?.stop().catch(() => undefined);
+      }
+    },
+  );
 }
 
 function connectTimeout(opts: RepairOptions): { connectTimeoutMs?: number } {
   return opts.connectTimeoutMs === undefined ? {} : { connectTimeoutMs: opts.connectTimeoutMs };
 }
 
-/** The link's Redis guard, as the relay builds it (same scope and fence), started. */
+/**
+ * The link's Redis guard, as the relay builds it (same scope and fence), started, under a writer name
+ * of its own (GuardDeps.writer): the link's live relay is then another writer of the scope, whose
+ * claims repair sees and waits for (lua.ts WRITERS), and whose word repair leaves alone. Unique per
+ * run, so two runs see each other too.
+ */
 async function openGuard(link: LinkConfig, logger: Logger): Promise<Guard> {
+  const fence = leaseKey(link);
   const guard = await createGuard(link.guard, {
     logger: logger.child({ component: "guard", link: link.name }),
     scope: `${link.to.region}:${link.to.stream}`,
     linkName: link.name,
-    fence: leaseKey(link),
+    fence,
+    writer: `${fence} repair ${randomUUID()}`,
   });
   await guard.start();
   return guard;
@@ -153,7 +166,9 @@ async function repairMessages(
   try {
     for (let i = 0; i < items.length; i += size) {
       const batch = items.slice(i, i + size);
-      const fetched = await Promise.all(batch.map((item) => fetchCandidate(jsm, link, item, incarnation, contextOf)));
+      const fetched = await Promise.all(
+        batch.map((item) => fetchCandidate(jsm, link, item, incarnation, contextOf)),
+      );
       const candidates = fetched.filter((c): c is Candidate => c !== undefined);
       let claimed: Candidate[];
       try {
@@ -187,7 +202,10 @@ function fail(item: RepairItem, detail: string): RepairOutcome {
 }
 
 function managerOf(side: StreamSide): Promise<JetStreamManager> {
-  return jetstreamManager(side.nc, side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false });
+  return jetstreamManager(
+    side.nc,
+    side.domain ? { domain: side.domain, checkAPI: false } : { checkAPI: false },
+  );
 }
 
 /**

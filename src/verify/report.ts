@@ -64,6 +64,11 @@ export interface VerifyReport {
      * whose Relay-Source-Time is earlier than the source's incarnation (a recreated source) are left out.
      */
     readonly lastRelayedSourceSeq: number;
+    /**
+     * Partitioned links: the horizon of each partition (by its partition number), which judges that
+     * partition's source messages: a partition behind the others is not yet relayed, not missing.
+     */
+    readonly lastRelayedSourceSeqByPartition?: Readonly<Record<string, number>>;
     /** Distinct message ids held in memory (hashed). */
     readonly distinctIds: number;
     /** Messages whose id has the derived form before incarnations (`<region>:<stream>:<seq>`), counted under the current form. */
@@ -275,6 +280,13 @@ export function formatReport(r: VerifyReport): string {
       (d.repaired ? ` (${n(d.repaired)} put back by repair: present, not order-checked)` : "") +
       ", " +
       `last Relay-Source seq ${d.lastRelayedSourceSeq}` +
+      (d.lastRelayedSourceSeqByPartition
+        ? ` (per partition: ${
+            Object.entries(d.lastRelayedSourceSeqByPartition)
+              .map(([p, seq]) => `${p}: ${seq}`)
+              .join(", ") || "none"
+          })`
+        : "") +
       (d.legacyIds > 0
         ? `, ${n(d.legacyIds)} with ids derived before incarnations (counted under their current form)`
         : ""),
@@ -309,7 +321,9 @@ export function formatReport(r: VerifyReport): string {
   lines.push(
     "",
     "expected differences:",
-    `not yet relayed (newer than the destination's last Relay-Source seq ${d.lastRelayedSourceSeq}): ${n(r.notYetRelayed.count)}` +
+    (d.lastRelayedSourceSeqByPartition
+      ? `not yet relayed (newer than their partition's last Relay-Source seq): ${n(r.notYetRelayed.count)}`
+      : `not yet relayed (newer than the destination's last Relay-Source seq ${d.lastRelayedSourceSeq}): ${n(r.notYetRelayed.count)}`) +
       (r.notYetRelayed.firstSeq !== undefined ? ` (from source seq ${r.notYetRelayed.firstSeq})` : ""),
     ...r.notYetRelayed.examples.map((id) => `  ${id}`),
     `dead-lettered (on the dead-letter stream, not in the destination): ${n(r.deadLettered.count)}`,

@@ -8,6 +8,7 @@ import { SourceIds } from "./derived-ids.js";
 import { Column, HashedKeyTable } from "./hash-table.js";
 import { OrderCheck } from "./order-check.js";
 import type { SourceExample, VerifyReport } from "./report.js";
+import { sourceSubject } from "./source-subject.js";
 import type { ReadResult } from "./stream-reader.js";
 import type { DeadLetterSource, Headers, VerifyOptions } from "./types.js";
 import { VersionCheck } from "./version-check.js";
@@ -41,7 +42,10 @@ export interface VerifierSetup {
  *
  * Each examined source message is classified by what happened to it: held by the destination, else on
  * the dead-letter stream, else (bad under the current config) unconfirmed, else superseded by a newer
- * version of its entity, else not yet relayed (above the horizon), else missing.
+ * version of its entity, else not yet relayed (above the horizon), else missing. The horizon is the
+ * highest source sequence the destination holds a copy of this link for; on a partitioned link, each
+ * partition has its own (its own relay, durable and cursor deliver it): a partition that is behind is
+ * not yet relayed there, not missing.
  *
  * The order of the destination's copies is checked by OrderCheck (order-check.ts), entity versions
  * (backwards, superseded) by VersionCheck (version-check.ts).
@@ -73,6 +77,8 @@ export class Verifier {
   private readonly notForwardedExamples: SourceExample[] = [];
   private readonly unconfirmedExamples: SourceExample[] = [];
   private horizon = 0;
+  /** Partitioned links: per partition (its token in the source subject), the highest source seq held. */
+  private readonly partitionHorizons = new Map<string, number>();
   private destExamined = 0;
   private destFromLink = 0;
   private destRepaired = 0;
@@ -159,7 +165,13 @@ export class Verifier {
       if (rs !== "") this.versions.notePriorVersion(m, h, rs, fromLink);
       return;
     }
-    if (fromLink && seq > this.horizon && !older) this.horizon = seq;
+    if (fromLink && !older) {
+      if (seq > this.horizon) this.horizon = seq;
+      if (this.link.partitions) {
+        const p = this.partitionOfCopy(m.subject, h);
+        if (seq > (this.partitionHorizons.get(p) ?? 0)) this.partitionHorizons.set(p, seq);
+      }
+    }
     const early = this.sinceMs !== undefined && stampMs < this.sinceMs;
     if (!early) this.destExamined++;
     if (rs !== "" && (!fromLink || older || seq < this.sourceStartSeq))
@@ -234,7 +246,7 @@ export class Verifier {
       return;
     }
     if (r.ok && this.versions.isSuperseded(r.identity, m.seq)) return;
-    if (m.seq > this.horizon) {
+    if (m.seq > this.horizonOf(m.subject)) {
       this.notYetRelayed++;
       this.firstNotYetRelayed ??= m.seq;
       if (this.pendingExamples.length < this.limit) this.pendingExamples.push(id);
@@ -249,6 +261,26 @@ export class Verifier {
     this.missing++;
     if (this.missingExamples.length < this.limit) this.missingExamples.push({ id, sourceSeq: m.seq });
     this.onMissing?.({ id, sourceSeq: m.seq });
+  }
+
+  /** The partition of a copy of this link: its Relay-Link (`<link>/p<i>`), else its subject's token. */
+  private partitionOfCopy(subject: string, h: Headers): string {
+    const by = h?.get(RelayHeaders.Link) ?? "";
+    const prefix = `${this.link.name}/p`;
+    if (by.startsWith(prefix)) return by.slice(prefix.length);
+    return this.partitionOf(sourceSubject(subject, this.link));
+  }
+
+  /** The partition of a source subject (its partition token), as the partitions' filters split them. */
+  private partitionOf(subject: string): string {
+    const token = this.link.partitions?.token ?? 0;
+    return subject.split(".")[token - 1] ?? "";
+  }
+
+  /** The horizon a source message on `subject` is judged by: its partition's on a partitioned link. */
+  private horizonOf(subject: string): number {
+    if (!this.link.partitions) return this.horizon;
+    return this.partitionHorizons.get(this.partitionOf(subject)) ?? 0;
   }
 
   /** route() said no; the reason is recomputed here in route()'s order, as a count per kind. */
@@ -312,6 +344,13 @@ export class Verifier {
         fromLink: this.destFromLink,
         ...(this.destRepaired > 0 ? { repaired: this.destRepaired } : {}),
         lastRelayedSourceSeq: this.horizon,
+        ...(l.partitions
+          ? {
+              lastRelayedSourceSeqByPartition: Object.fromEntries(
+                [...this.partitionHorizons].sort(([a], [b]) => Number(a) - Number(b) || a.localeCompare(b)),
+              ),
+            }
+          : {}),
         distinctIds: this.ids.size,
         legacyIds: this.sourceIds.legacyIds,
       },
