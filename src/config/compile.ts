@@ -115,7 +115,7 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
       ...(r.username === undefined ? {} : { username: r.username }),
       ...(r.password === undefined ? {} : { password: r.password }),
       ...(tls === undefined ? {} : { tls }),
-      waitReplicas: r.waitReplicas ?? 0,
+      waitReplicas: r.waitReplicas ?? DEFAULTS.redisWaitReplicas,
       waitTimeoutMs: r.waitTimeout ?? DEFAULTS.redisWaitTimeoutMs,
     };
     store = redis;
@@ -137,7 +137,7 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
     idTtlMs: g.idTtl ?? DEFAULTS.idTtlMs,
     claimTtlMs: g.claimTtl ?? DEFAULTS.claimTtlAckWaitFactor * ackWaitMs,
     ...(versions === undefined ? {} : { versions }),
-    strict: g.strict ?? false,
+    strict: g.strict ?? DEFAULTS.guardStrict,
   };
 }
 
@@ -161,7 +161,7 @@ function compileLink(l: ParsedLink): LinkConfig {
       stream: l.from.stream,
       ...(l.from.filter === undefined ? {} : { filterSubject: l.from.filter }),
     },
-    to: { region: l.to.region, stream: l.to.stream, transform, ...(l.to.expectStream === true ? { expectStream: true as const } : {}) },
+    to: { region: l.to.region, stream: l.to.stream, transform, ...((l.to.expectStream ?? DEFAULTS.expectStream) ? { expectStream: true as const } : {}) },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
     inFlightBytes: l.inFlightBytes ?? DEFAULTS.inFlightBytes,
@@ -198,7 +198,7 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       host: listen?.host ?? DEFAULTS.httpHost,
       port: listen?.port ?? DEFAULTS.httpPort,
       ...(parsed.http?.token === undefined ? {} : { token: parsed.http.token }),
-      protectMetrics: parsed.http?.protectMetrics ?? false,
+      protectMetrics: parsed.http?.protectMetrics ?? DEFAULTS.protectMetrics,
     },
     log: { level: parsed.log?.level ?? DEFAULTS.logLevel, progressIntervalMs: parsed.log?.progressInterval ?? DEFAULTS.progressLogMs },
     shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
@@ -207,7 +207,7 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       leaseMs: parsed.group?.lease ?? DEFAULTS.leaseMs,
       renewMs: parsed.group?.renew ?? DEFAULTS.leaseRenewMs,
     },
-    reload: { watch: parsed.reload?.watch ?? false },
+    reload: { watch: parsed.reload?.watch ?? DEFAULTS.reloadWatch },
   });
 }
 
