@@ -55,7 +55,9 @@ export function configTables(keys: readonly ConfigKey[] = configKeys(ConfigSchem
   }
   const header = ["Key", "Type", "Values", "Required", "Default", "Meaning"];
   return new Map(
-    CONFIG_SECTIONS.map((s) => [s.id, table(header, keys.filter((k) => s.keys(k.path)).map(keyRow))] as const),
+    CONFIG_SECTIONS.map(
+      (s) => [s.id, table(header, keys.filter((k) => s.keys(k.path)).map(keyRow))] as const,
+    ),
   );
 }
 

@@ -20,6 +20,8 @@ export interface ConfigKey {
   readonly required: boolean;
   /** Markdown; "" for none. */
   readonly defaultText: string;
+  /** The default as a value (ms for a duration, bytes for a size), when it is one value. */
+  readonly defaultValue: string | number | boolean | undefined;
   /** Markdown; undefined when the schema has none (docs-drift.test.ts fails then). */
   readonly description: string | undefined;
   readonly secret: boolean;
@@ -68,7 +70,8 @@ export function configKeys(root: Schema): ConfigKey[] {
     (schema as z.core.$ZodObject)._zod.def.shape as Record<string, Schema>;
 
   const visitShape = (schema: Schema, prefix: string): void => {
-    for (const [name, child] of Object.entries(shapeOf(schema))) visit(child, prefix === "" ? name : `${prefix}.${name}`);
+    for (const [name, child] of Object.entries(shapeOf(schema)))
+      visit(child, prefix === "" ? name : `${prefix}.${name}`);
   };
 
   const visit = (outer: Schema, path: string): void => {
@@ -91,6 +94,7 @@ export function configKeys(root: Schema): ConfigKey[] {
         allowed: meta.allowed ?? allowed,
         required,
         defaultText: defaultOf(meta),
+        defaultValue: meta.default,
         description: meta.description,
         secret: meta.secret === true,
       });

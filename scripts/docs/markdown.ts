@@ -32,12 +32,15 @@ export function replaceSections(page: string, sections: ReadonlyMap<string, stri
     const begin = out.indexOf(beginMarker(id));
     const end = out.indexOf(endMarker(id));
     if (begin < 0 || end < begin) {
-      throw new Error(`${file} has no "${beginMarker(id)}" … "${endMarker(id)}" markers: put them where the section goes`);
+      throw new Error(
+        `${file} has no "${beginMarker(id)}" … "${endMarker(id)}" markers: put them where the section goes`,
+      );
     }
     out = `${out.slice(0, begin + beginMarker(id).length)}\n\n${content}\n\n${out.slice(end)}`;
   }
   for (const m of out.matchAll(/<!-- generated: (\S+) begin -->/g)) {
-    if (!sections.has(m[1] ?? "")) throw new Error(`${file} has markers of an unknown generated section "${m[1]}"`);
+    if (!sections.has(m[1] ?? ""))
+      throw new Error(`${file} has markers of an unknown generated section "${m[1]}"`);
   }
   return out;
 }

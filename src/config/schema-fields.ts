@@ -89,7 +89,10 @@ export function natsName(what: string) {
     }
     if (s.length > 255) fail(`${what} is too long (at most 255 characters)`);
     return s;
-  }).meta({ valueType: `[${what}](#names)`, allowed: "no whitespace, `.`, `*`, `>`, `/` or `\\`; at most 255 characters" });
+  }).meta({
+    valueType: `[${what}](#names)`,
+    allowed: "no whitespace, `.`, `*`, `>`, `/` or `\\`; at most 255 characters",
+  });
 }
 
 function subjectProblem(s: string, opts: { wildcards: boolean; prefix: boolean }): string | undefined {
@@ -139,14 +142,23 @@ export const headerName = field((v) => {
 /** A size in bytes: an integer, or a number with a unit (KiB, MiB, GiB; 1024-based); undefined if it is neither. */
 export function sizeInBytes(v: unknown): number | undefined {
   const units: Record<string, number> = { "": 1, b: 1, kib: 1024, mib: 1024 ** 2, gib: 1024 ** 3 };
-  const m = typeof v === "number" ? [String(v), String(v), ""] : typeof v === "string" ? /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(v) : null;
+  const m =
+    typeof v === "number"
+      ? [String(v), String(v), ""]
+      : typeof v === "string"
+        ? /^\s*(\d+)\s*([a-zA-Z]*)\s*$/.exec(v)
+        : null;
   const unit = units[(m?.[2] ?? "").toLowerCase()];
   return !m || unit === undefined ? undefined : Number(m[1]) * unit;
 }
 
 /** Bytes as the config writes them: 33554432 → "32MiB", 1000 → "1000" (the largest unit that divides). */
 export function formatSize(bytes: number): string {
-  for (const [unit, size] of [["GiB", 1024 ** 3], ["MiB", 1024 ** 2], ["KiB", 1024]] as const) {
+  for (const [unit, size] of [
+    ["GiB", 1024 ** 3],
+    ["MiB", 1024 ** 2],
+    ["KiB", 1024],
+  ] as const) {
     if (bytes >= size && bytes % size === 0) return `${bytes / size}${unit}`;
   }
   return String(bytes);
@@ -156,10 +168,16 @@ export function formatSize(bytes: number): string {
 export function byteSize(min: number, max: number) {
   return field((v) => {
     const n = sizeInBytes(v);
-    if (n === undefined) fail(`must be a size such as "64MiB", "512KiB" or a number of bytes (got ${quote(v)})`);
-    if (!Number.isSafeInteger(n) || n < min || n > max) fail(`must be from ${min} to ${max} bytes (got ${quote(v)})`);
+    if (n === undefined)
+      fail(`must be a size such as "64MiB", "512KiB" or a number of bytes (got ${quote(v)})`);
+    if (!Number.isSafeInteger(n) || n < min || n > max)
+      fail(`must be from ${min} to ${max} bytes (got ${quote(v)})`);
     return n;
-  }).meta({ valueType: "[size](#sizes)", allowed: `${formatSize(min)} to ${formatSize(max)}`, format: "size" });
+  }).meta({
+    valueType: "[size](#sizes)",
+    allowed: `${formatSize(min)} to ${formatSize(max)}`,
+    format: "size",
+  });
 }
 
 export function integer(min: number, max: number) {

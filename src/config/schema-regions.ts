@@ -4,7 +4,17 @@
  */
 import { z } from "zod";
 import { quote } from "./problems.js";
-import { expectString, fail, field, filePath, list, natsName, nonEmptyString, obj, secretString } from "./schema-fields.js";
+import {
+  expectString,
+  fail,
+  field,
+  filePath,
+  list,
+  natsName,
+  nonEmptyString,
+  obj,
+  secretString,
+} from "./schema-fields.js";
 
 const REGION_NAME = /^[a-z0-9][a-z0-9-]*$/;
 const REGION_NAME_RULE = 'use lowercase letters, digits and "-", starting with a letter or digit';
@@ -34,22 +44,29 @@ const serverUrl = field((v) => {
 
 export const TlsSchema = obj({
   ca: filePath.optional().meta({
-    description: "CA certificate(s) (PEM) used to verify the server. Without it, the system's trusted CAs are used.",
+    description:
+      "CA certificate(s) (PEM) used to verify the server. Without it, the system's trusted CAs are used.",
   }),
   cert: filePath.optional().meta({
     description: "Client certificate (PEM), for servers that require mutual TLS. Goes with `key`.",
   }),
-  key: filePath.optional().meta({ description: "Private key (PEM) of the client certificate. Goes with `cert`." }),
+  key: filePath
+    .optional()
+    .meta({ description: "Private key (PEM) of the client certificate. Goes with `cert`." }),
 });
 
 const AuthSchema = obj({
   token: secretString.optional().meta({ description: "A NATS authorization token: the form on its own." }),
-  user: nonEmptyString.optional().meta({ description: "A user name; needs `password` (the user-and-password form)." }),
+  user: nonEmptyString
+    .optional()
+    .meta({ description: "A user name; needs `password` (the user-and-password form)." }),
   password: secretString.optional().meta({ description: "The password of `user`; needs `user`." }),
   creds: filePath.optional().meta({
     description: "A `.creds` file (JWT and NKey seed), as issued by `nsc`: the form on its own.",
   }),
-  nkey: filePath.optional().meta({ description: "A file holding an NKey user seed (`SU...`): the form on its own." }),
+  nkey: filePath
+    .optional()
+    .meta({ description: "A file holding an NKey user seed (`SU...`): the form on its own." }),
 });
 
 const RegionSchema = obj({
@@ -61,12 +78,13 @@ const RegionSchema = obj({
     description:
       "How the relay authenticates: exactly one form (see [below](#regionsnameauth)). Omit it for a server without authentication.",
   }),
-  tls: TlsSchema.optional().meta({ description: "TLS settings; see [below](#regionsnametls-and-guardredistls)." }),
-  domain: natsName("JetStream domain")
-    .optional()
-    .meta({
-      description: "The region's JetStream domain, when it has one (the JetStream API is then `$JS.<domain>.API`).",
-    }),
+  tls: TlsSchema.optional().meta({
+    description: "TLS settings; see [below](#regionsnametls-and-guardredistls).",
+  }),
+  domain: natsName("JetStream domain").optional().meta({
+    description:
+      "The region's JetStream domain, when it has one (the JetStream API is then `$JS.<domain>.API`).",
+  }),
 });
 
 /** `regions`: a mapping from region name to region. */

@@ -17,10 +17,12 @@ const EACH_KEY_DEFAULT = "each key's default";
 /** The whole file. Output: values checked and converted, optional fields still optional. */
 export const ConfigSchema = obj({
   regions: RegionsSchema.meta({
-    description: "The NATS clusters (with JetStream) that links connect, by region name. See [`regions`](#regions).",
+    description:
+      "The NATS clusters (with JetStream) that links connect, by region name. See [`regions`](#regions).",
   }),
   links: list(LinkSchema, "must list at least one link").meta({
-    description: "The links. Each copies the messages of one stream in one region to a stream in another. See [`links`](#links).",
+    description:
+      "The links. Each copies the messages of one stream in one region to a stream in another. See [`links`](#links).",
   }),
   http: obj({
     listen: listenAddress.optional().meta({
@@ -30,7 +32,9 @@ export const ConfigSchema = obj({
     }),
     token: z
       .string()
-      .min(16, { error: "must be at least 16 characters (use a random secret, e.g. from ${RELAY_HTTP_TOKEN})" })
+      .min(16, {
+        error: "must be at least 16 characters (use a random secret, e.g. from ${RELAY_HTTP_TOKEN})",
+      })
       .optional()
       .meta({
         secret: true,
@@ -39,13 +43,19 @@ export const ConfigSchema = obj({
       }),
     protectMetrics: z.boolean().optional().meta({
       default: false,
-      description: "With `http.token`, `/metrics` needs the token too (configure Prometheus' `authorization` for the scrape).",
+      description:
+        "With `http.token`, `/metrics` needs the token too (configure Prometheus' `authorization` for the scrape).",
     }),
   })
     .optional()
-    .meta({ defaultText: EACH_KEY_DEFAULT, description: "The HTTP server. See [`http`, `log`, `shutdown`](#http-log-shutdown)." }),
+    .meta({
+      defaultText: EACH_KEY_DEFAULT,
+      description: "The HTTP server. See [`http`, `log`, `shutdown`](#http-log-shutdown).",
+    }),
   log: obj({
-    level: oneOf(LOG_LEVELS, { lowercase: true }).optional().meta({ default: DEFAULTS.logLevel, description: "The lowest level logged." }),
+    level: oneOf(LOG_LEVELS, { lowercase: true })
+      .optional()
+      .meta({ default: DEFAULTS.logLevel, description: "The lowest level logged." }),
     progressInterval: duration({ allowZero: true }).optional().meta({
       default: DEFAULTS.progressLogMs,
       description:
@@ -53,15 +63,22 @@ export const ConfigSchema = obj({
     }),
   })
     .optional()
-    .meta({ defaultText: EACH_KEY_DEFAULT, description: "Logging. See [`http`, `log`, `shutdown`](#http-log-shutdown)." }),
+    .meta({
+      defaultText: EACH_KEY_DEFAULT,
+      description: "Logging. See [`http`, `log`, `shutdown`](#http-log-shutdown).",
+    }),
   shutdown: obj({
     grace: duration({ allowZero: true }).optional().meta({
       default: DEFAULTS.shutdownGraceMs,
-      description: "On SIGTERM/SIGINT, how long the relay waits for in-flight messages to finish before it exits anyway. `0s` is allowed.",
+      description:
+        "On SIGTERM/SIGINT, how long the relay waits for in-flight messages to finish before it exits anyway. `0s` is allowed.",
     }),
   })
     .optional()
-    .meta({ defaultText: EACH_KEY_DEFAULT, description: "Stopping. See [`http`, `log`, `shutdown`](#http-log-shutdown)." }),
+    .meta({
+      defaultText: EACH_KEY_DEFAULT,
+      description: "Stopping. See [`http`, `log`, `shutdown`](#http-log-shutdown).",
+    }),
   group: obj({
     bucket: z
       .string()
@@ -85,7 +102,10 @@ export const ConfigSchema = obj({
     }),
   })
     .optional()
-    .meta({ defaultText: EACH_KEY_DEFAULT, description: "The region's group of relays and their leases. See [`group`](#group)." }),
+    .meta({
+      defaultText: EACH_KEY_DEFAULT,
+      description: "The region's group of relays and their leases. See [`group`](#group).",
+    }),
   reload: obj({
     watch: boolean.optional().meta({
       default: false,
@@ -94,7 +114,10 @@ export const ConfigSchema = obj({
     }),
   })
     .optional()
-    .meta({ defaultText: EACH_KEY_DEFAULT, description: "Reloading the file while the relay runs. See [`reload`](#reload)." }),
+    .meta({
+      defaultText: EACH_KEY_DEFAULT,
+      description: "Reloading the file while the relay runs. See [`reload`](#reload).",
+    }),
 });
 
 export type ParsedConfig = z.output<typeof ConfigSchema>;
