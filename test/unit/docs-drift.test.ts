@@ -1,6 +1,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { z } from "zod";
@@ -20,6 +20,26 @@ import { DEFAULT_EXPECTED_ENTITIES } from "../../src/guard/layout.js";
  */
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const read = (file: string): string => readFileSync(join(ROOT, file), "utf8");
+
+/** The anchors GitHub gives a page's headings (outside code blocks; a repeated one gets -1, -2, …). */
+function anchors(page: string): Set<string> {
+  const seen = new Map<string, number>();
+  let fenced = false;
+  for (const line of page.split("\n")) {
+    if (line.startsWith("```")) fenced = !fenced;
+    const m = fenced ? null : /^#{1,6}\s+(.*)$/.exec(line);
+    if (m === null) continue;
+    const base = (m[1] ?? "")
+      .trim()
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+      .replace(/\s/g, "-");
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    if (n > 0) seen.set(`${base}-${n}`, 1);
+  }
+  return new Set(seen.keys());
+}
 
 /** The first line where two texts differ, to say where a page went stale. */
 function firstDifference(actual: string, expected: string): string {
@@ -85,6 +105,26 @@ void describe("docs drift", () => {
       replaceSections(page, configTables(changed), CONFIG_DOC),
       replaceSections(page, configTables(), CONFIG_DOC),
     );
+  });
+
+  void it("every link to an anchor of config.md or metrics.md lands on a heading", () => {
+    const docs = ["README.md", ...readdirSync(join(ROOT, "docs")).map((f) => `docs/${f}`)].filter((f) =>
+      f.endsWith(".md"),
+    );
+    const targets = new Map([CONFIG_DOC, METRICS_DOC].map((f) => [f, anchors(read(f))] as const));
+    const broken: string[] = [];
+    for (const file of docs) {
+      const text = read(file);
+      for (const [target, known] of targets) {
+        const base = target.slice("docs/".length);
+        const links = [...text.matchAll(new RegExp(`${base.replace(".", "\\.")}#([\\w-]+)`, "g"))].map(
+          (m) => m[1] ?? "",
+        );
+        if (file === target) links.push(...[...text.matchAll(/\]\(#([\w-]+)\)/g)].map((m) => m[1] ?? ""));
+        for (const anchor of links) if (!known.has(anchor)) broken.push(`${file}: ${base}#${anchor}`);
+      }
+    }
+    assert.deepEqual(broken, [], `links to anchors that no heading has:\n${broken.join("\n")}`);
   });
 
   void it("the defaults the page shows are the ones compileConfig applies", () => {
