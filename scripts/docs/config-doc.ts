@@ -42,7 +42,12 @@ export const CONFIG_SECTIONS: readonly { readonly id: string; readonly keys: (pa
 function keyRow(k: ConfigKey): string[] {
   const meaning = `${k.description ?? ""}${k.secret ? " **Secret.**" : ""}`;
   const dflt = k.defaultText !== "" ? k.defaultText : k.required ? "" : "none";
-  return [`\`${k.path}\``, k.valueType, k.allowed, k.required ? "yes" : "no", dflt, meaning];
+  const required = !k.required
+    ? "no"
+    : k.within === undefined
+      ? "yes"
+      : `with \`${k.within.replace(/^.*[.\]]/, "")}\``;
+  return [`\`${k.path}\``, k.valueType, k.allowed, required, dflt, meaning];
 }
 
 /** The tables, by section id. Throws when a key is in no section. */

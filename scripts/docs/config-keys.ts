@@ -18,6 +18,8 @@ export interface ConfigKey {
   readonly allowed: string;
   /** Required where its parent is given. */
   readonly required: boolean;
+  /** The nearest optional mapping it is in (`links[].partitions`), if any: required only with that. */
+  readonly within: string | undefined;
   /** Markdown; "" for none. */
   readonly defaultText: string;
   /** The default as a value (ms for a duration, bytes for a size), when it is one value. */
@@ -69,12 +71,12 @@ export function configKeys(root: Schema): ConfigKey[] {
   const shapeOf = (schema: Schema): Record<string, Schema> =>
     (schema as z.core.$ZodObject)._zod.def.shape as Record<string, Schema>;
 
-  const visitShape = (schema: Schema, prefix: string): void => {
+  const visitShape = (schema: Schema, prefix: string, within: string | undefined): void => {
     for (const [name, child] of Object.entries(shapeOf(schema)))
-      visit(child, prefix === "" ? name : `${prefix}.${name}`);
+      visit(child, prefix === "" ? name : `${prefix}.${name}`, within);
   };
 
-  const visit = (outer: Schema, path: string): void => {
+  const visit = (outer: Schema, path: string, within: string | undefined): void => {
     // Wrappers first: `.optional()` makes a key optional, and metadata given on the outside wins.
     let schema = outer;
     let meta: z.GlobalMeta = {};
@@ -93,6 +95,7 @@ export function configKeys(root: Schema): ConfigKey[] {
         valueType: meta.valueType ?? valueType,
         allowed: meta.allowed ?? allowed,
         required,
+        within,
         defaultText: defaultOf(meta),
         defaultValue: meta.default,
         description: meta.description,
@@ -101,17 +104,17 @@ export function configKeys(root: Schema): ConfigKey[] {
     };
     if (def.type === "object") {
       key("mapping", "");
-      visitShape(schema, path);
+      visitShape(schema, path, required ? within : path);
     } else if (def.type === "record") {
       const rec = def as z.core.$ZodRecordDef;
       const names = nativeLeaf(rec.keyType).allowed;
       key("mapping", names === "" ? "" : `names: ${names}`);
-      visitShape(rec.valueType, `${path}.<name>`);
+      visitShape(rec.valueType, `${path}.<name>`, within);
     } else if (def.type === "array") {
       const element = (def as z.core.$ZodArrayDef).element;
       if (element._zod.def.type === "object") {
         key("list of mappings", "");
-        visitShape(element, `${path}[]`);
+        visitShape(element, `${path}[]`, within);
       } else {
         const em = metaOf(element);
         meta = { ...meta, allowed: join(meta.allowed, em.allowed) };
@@ -125,6 +128,6 @@ export function configKeys(root: Schema): ConfigKey[] {
     }
   };
 
-  visitShape(root, "");
+  visitShape(root, "", undefined);
   return keys;
 }
