@@ -5,12 +5,10 @@
  * test/unit/docs-drift.test.ts fails when a page differs from what this would write.
  */
 import { readFile, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { CONFIG_DOC, renderConfigDoc } from "./docs/config-doc.js";
+import { ROOT } from "./docs/markdown.js";
 import { METRICS_DOC, renderMetricsDoc } from "./docs/metrics-doc.js";
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 async function update(file: string, render: (current: string) => Promise<string>): Promise<void> {
   const path = join(ROOT, file);

@@ -2,7 +2,12 @@
  * Markdown building blocks of the generated reference pages: tables, generated sections between
  * markers, and the project's prettier settings (so `prettier --write` leaves a generated page as it is).
  */
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import prettier from "prettier";
+
+/** The repository's root: pages are named relative to it. */
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "../..");
 
 /** A cell: `|` escaped (also inside code spans, as GitHub's tables need), no line breaks. */
 function cell(text: string): string {
@@ -47,6 +52,7 @@ export function replaceSections(page: string, sections: ReadonlyMap<string, stri
 
 /** Formats Markdown as `npx prettier --write` would with the project's settings. */
 export async function formatMarkdown(text: string, file: string): Promise<string> {
-  const options = (await prettier.resolveConfig(file)) ?? {};
-  return prettier.format(text, { ...options, filepath: file, parser: "markdown" });
+  const path = join(ROOT, file);
+  const options = (await prettier.resolveConfig(path)) ?? {};
+  return prettier.format(text, { ...options, filepath: path, parser: "markdown" });
 }
