@@ -115,7 +115,7 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
       ...(r.username === undefined ? {} : { username: r.username }),
       ...(r.password === undefined ? {} : { password: r.password }),
       ...(tls === undefined ? {} : { tls }),
-      waitReplicas: r.waitReplicas ?? 0,
+      waitReplicas: r.waitReplicas ?? DEFAULTS.redisWaitReplicas,
       waitTimeoutMs: r.waitTimeout ?? DEFAULTS.redisWaitTimeoutMs,
     };
     store = redis;
@@ -129,7 +129,9 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
       ? {
           entity: g.versions.entity,
           version: g.versions.version,
-          ...(g.versions.expectedEntities === undefined ? {} : { expectedEntities: g.versions.expectedEntities }),
+          ...(g.versions.expectedEntities === undefined
+            ? {}
+            : { expectedEntities: g.versions.expectedEntities }),
         }
       : undefined;
   return {
@@ -137,7 +139,7 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
     idTtlMs: g.idTtl ?? DEFAULTS.idTtlMs,
     claimTtlMs: g.claimTtl ?? DEFAULTS.claimTtlAckWaitFactor * ackWaitMs,
     ...(versions === undefined ? {} : { versions }),
-    strict: g.strict ?? false,
+    strict: g.strict ?? DEFAULTS.guardStrict,
   };
 }
 
@@ -161,7 +163,12 @@ function compileLink(l: ParsedLink): LinkConfig {
       stream: l.from.stream,
       ...(l.from.filter === undefined ? {} : { filterSubject: l.from.filter }),
     },
-    to: { region: l.to.region, stream: l.to.stream, transform, ...(l.to.expectStream === true ? { expectStream: true as const } : {}) },
+    to: {
+      region: l.to.region,
+      stream: l.to.stream,
+      transform,
+      ...((l.to.expectStream ?? DEFAULTS.expectStream) ? { expectStream: true as const } : {}),
+    },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),
     inFlightBytes: l.inFlightBytes ?? DEFAULTS.inFlightBytes,
@@ -176,9 +183,18 @@ function compileLink(l: ParsedLink): LinkConfig {
     onGap: l.onGap ?? DEFAULTS.onGap,
     ...(l.maxReplayAge === undefined ? {} : { maxReplayAgeMs: l.maxReplayAge }),
     stallAfterMs: l.stallAfter ?? DEFAULTS.stallAfterMs,
-    ...(l.partitions === undefined ? {} : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
+    ...(l.partitions === undefined
+      ? {}
+      : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
     startAt: l.startAt ?? DEFAULTS.startAt,
-    ...(l.maxRate === undefined ? {} : { maxRate: { ...(l.maxRate.messages === undefined ? {} : { messages: l.maxRate.messages }), ...(l.maxRate.bytes === undefined ? {} : { bytes: l.maxRate.bytes }) } }),
+    ...(l.maxRate === undefined
+      ? {}
+      : {
+          maxRate: {
+            ...(l.maxRate.messages === undefined ? {} : { messages: l.maxRate.messages }),
+            ...(l.maxRate.bytes === undefined ? {} : { bytes: l.maxRate.bytes }),
+          },
+        }),
   };
 }
 
@@ -198,16 +214,19 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       host: listen?.host ?? DEFAULTS.httpHost,
       port: listen?.port ?? DEFAULTS.httpPort,
       ...(parsed.http?.token === undefined ? {} : { token: parsed.http.token }),
-      protectMetrics: parsed.http?.protectMetrics ?? false,
+      protectMetrics: parsed.http?.protectMetrics ?? DEFAULTS.protectMetrics,
     },
-    log: { level: parsed.log?.level ?? DEFAULTS.logLevel, progressIntervalMs: parsed.log?.progressInterval ?? DEFAULTS.progressLogMs },
+    log: {
+      level: parsed.log?.level ?? DEFAULTS.logLevel,
+      progressIntervalMs: parsed.log?.progressInterval ?? DEFAULTS.progressLogMs,
+    },
     shutdownGraceMs: parsed.shutdown?.grace ?? DEFAULTS.shutdownGraceMs,
     group: {
       bucket: parsed.group?.bucket ?? DEFAULTS.leaseBucket,
       leaseMs: parsed.group?.lease ?? DEFAULTS.leaseMs,
       renewMs: parsed.group?.renew ?? DEFAULTS.leaseRenewMs,
     },
-    reload: { watch: parsed.reload?.watch ?? false },
+    reload: { watch: parsed.reload?.watch ?? DEFAULTS.reloadWatch },
   });
 }
 
@@ -242,7 +261,8 @@ export function configHash(config: RelayConfig): string {
   const text = canonicalJson(config, (key, value) => {
     if ((key === "token" || key === "password") && typeof value === "string") return REDACTED;
     if (typeof value === "string" && value.includes("@")) return redactUrl(value);
-    if (Array.isArray(value)) return value.map((item) => (typeof item === "string" && item.includes("@") ? redactUrl(item) : item));
+    if (Array.isArray(value))
+      return value.map((item) => (typeof item === "string" && item.includes("@") ? redactUrl(item) : item));
     return value;
   });
   return createHash("sha256").update(text).digest("hex").slice(0, 16);

@@ -44,14 +44,24 @@ export const DEFAULTS = Object.freeze({
   /** A link whose source has messages for it but delivers none, for this long, is stalled. */
   stallAfterMs: 10_000,
   maxHops: 8,
+  /** to.expectStream */
+  expectStream: false,
   onGap: "continue",
   idTtlMs: 3_600_000,
+  /** guard.versions.expectedEntities: what a scope's version hashes are sized for (src/guard/layout.ts). */
+  expectedEntities: 1_000_000,
+  /** guard.redis.waitReplicas: replicas a commit waits for (0: none). */
+  redisWaitReplicas: 0,
+  /** guard.strict */
+  guardStrict: false,
   /** guard.redis.waitTimeout: how long a commit waits for its replicas. */
   redisWaitTimeoutMs: 1_000,
   /** The guard's claim TTL is this many times the link's ack wait. */
   claimTtlAckWaitFactor: 2,
   httpHost: "127.0.0.1",
   httpPort: 9464,
+  /** http.protectMetrics */
+  protectMetrics: false,
   logLevel: "info",
   /** A catching-up or resyncing link logs its progress this often. */
   progressLogMs: 10_000,
@@ -59,6 +69,8 @@ export const DEFAULTS = Object.freeze({
   leaseBucket: "relay_leases",
   leaseMs: 5_000,
   leaseRenewMs: 1_000,
+  /** reload.watch */
+  reloadWatch: false,
   /** Where a new link starts (only while the destination holds no record of it). */
   startAt: "earliest",
 } as const);

@@ -1,4 +1,5 @@
 import { createHash, hash } from "node:crypto";
+import { DEFAULTS } from "../config/defaults.js";
 
 /**
  * The guard's compact Redis layout: which key an id or an entity lives in, and how many such keys
@@ -81,7 +82,8 @@ export const MIN_FANOUT = 4096;
 export const MAX_FANOUT = 1 << 22;
 /** Entities per version hash at `guard.versions.expectedEntities`. */
 export const VERSION_FILL = 64;
-export const DEFAULT_EXPECTED_ENTITIES = 1_000_000;
+/** The default of `guard.versions.expectedEntities`: the config's defaults hold it. */
+export const DEFAULT_EXPECTED_ENTITIES = DEFAULTS.expectedEntities;
 /** Slot groups on Redis Cluster. Part of the layout: every relay of a scope must use the same. */
 export const CLUSTER_GROUPS = 16;
 /** Smallest bucket span (ms), for very short idTtl values in tests. */
