@@ -46,6 +46,7 @@ export const METRIC_AREAS: readonly {
       "relay_backlog_age_seconds",
       "relay_source_clock_offset_seconds",
       "relay_pull_window_messages",
+      "relay_pull_window_update_failures_total",
       "relay_window_limit",
       "relay_source_rtt_seconds",
       "relay_inflight_bytes",
