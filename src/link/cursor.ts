@@ -2,11 +2,13 @@ import type { ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
-import { ErrorCodes, isRelayError } from "../errors.js";
+import { ErrorCodes, isRelayError, RelayError } from "../errors.js";
+import type { PositionStore } from "../group/link-position.js";
 import { ackPolicyOf, createDurable, readDurable } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
 import type { LastStored, SourceRef } from "../nats/destination-markers.js";
 import { describeStartAt, LinkStart, startsAtFirstDelivery } from "./start-at.js";
+import { readDestination } from "./checkpoint.js";
 
 export interface CursorDeps {
   readonly link: LinkConfig;
@@ -19,6 +21,23 @@ export interface CursorDeps {
   readonly signal?: AbortSignal;
   /** Where the link first started in this process (a link without a record starts at its `startAt`). */
   readonly start?: LinkStart;
+  /** The link's checkpoint and an operator's explicit start, in the group bucket (group/link-position.ts). */
+  readonly positions?: PositionStore;
+  /**
+   * The consumer this process deleted to heal the link (stall, silent path), as it was just before: the
+   * new one starts at its ack floor + 1, the position the relay knows, not at what a scan may find.
+   */
+  readonly healed?: HealedConsumer;
+  /** Destination messages a scan without a checkpoint reads at most (default MAX_SCAN; tests lower it). */
+  readonly maxScan?: number;
+}
+
+/** A consumer the link deleted itself, read just before (consume-loop.ts heal). */
+export interface HealedConsumer {
+  readonly ackFloor: number;
+  readonly delivered: number;
+  /** The source stream's incarnation the sequences belong to. */
+  readonly sourceCreatedMs: number | undefined;
 }
 
 export interface CursorPosition {
@@ -40,9 +59,17 @@ export interface CursorPosition {
   readonly storedUpTo: number;
   /** The highest source sequence the previous owner had been delivered (0 when not repositioned): its claims are taken over. */
   readonly heldUpTo: number;
+  /** A consumer that was gone: what placed the new one (relay_cursor_placements_total{from}). */
+  readonly placedBy?: Placement;
 }
 
-/** Messages read at most from the destination when positioning a cursor (native sourcing reads all). */
+/** What placed a new consumer of a link whose consumer was gone. */
+export type Placement = "marker" | "checkpoint" | "heal" | "start_at" | "explicit";
+
+/**
+ * Messages read at most from the destination when positioning a cursor without a checkpoint (native
+ * sourcing reads all). With a checkpoint the scan reads only what follows it, however much that is.
+ */
 export const MAX_SCAN = 200_000;
 
 /**
@@ -63,13 +90,33 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   // Markers naming another link are not this one's (two links from one source may write the same subjects).
   const markers = { stream: link.to.stream, source: { ...source, link: link.name }, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
-    const last = await lastStored(deps.dest, { ...markers, maxScan: MAX_SCAN });
-    if (last.sourceSeq === undefined) return createAtStartAt(deps, last, source.createdMs);
-    const startSeq = last.sourceSeq + 1;
+    const healed = deps.healed;
+    if (healed && healed.sourceCreatedMs === source.createdMs) return createAfterHeal(deps, markers, healed);
+    // The checkpoint bounds the scan: anything of the link's newer than it lies above its destination
+    // seq, so only that is read, however much it is, and with nothing there its source seq is the
+    // position. One of another source or destination incarnation says nothing about this one.
+    const dest = await readDestination(deps.dest, link.to.stream, deps.destDomain);
+    const stored = await deps.positions?.checkpoint();
+    const checkpoint = stored && dest && stored.sourceCreatedMs === source.createdMs && stored.destCreatedMs === dest.createdMs ? stored : undefined;
+    const last = checkpoint ? await lastStored(deps.dest, { ...markers, downTo: checkpoint.destSeq + 1 }) : await lastStored(deps.dest, { ...markers, maxScan: deps.maxScan ?? MAX_SCAN });
+    const found = Math.max(last.sourceSeq ?? 0, checkpoint?.sourceSeq ?? 0);
+    if (last.sourceSeq === undefined && !checkpoint) {
+      if (last.complete) return createAtStartAt(deps, last, source.createdMs);
+      return createAtExplicitStart(deps, last);
+    }
+    const startSeq = found + 1;
     const info = await createDurable(jsm, link, startSeq);
     const ignored = link.startAt === "earliest" ? "" : ` (startAt ${describeStartAt(link.startAt)} does not apply: the destination holds the link's record)`;
-    logger.info({ durable: link.durableName, startSeq, destSeq: last.destSeq, startAt: describeStartAt(link.startAt) }, `no source consumer: created one starting after source seq ${startSeq - 1}, the last the destination holds for this link${ignored}`);
-    return { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
+    const why =
+      last.sourceSeq !== undefined && last.sourceSeq >= found
+        ? `the last the destination holds for this link${checkpoint ? ` (found after its checkpoint, dest seq ${checkpoint.destSeq})` : ""}`
+        : `the link's checkpoint (written ${checkpoint?.at ?? "?"}; none of its messages in the ${last.scanned} destination messages after dest seq ${checkpoint?.destSeq ?? "?"})`;
+    logger.info(
+      { durable: link.durableName, startSeq, destSeq: last.destSeq, scanned: last.scanned, checkpoint: checkpoint ? { sourceSeq: checkpoint.sourceSeq, destSeq: checkpoint.destSeq } : undefined, startAt: describeStartAt(link.startAt) },
+      `no source consumer: created one starting after source seq ${startSeq - 1}, ${why}${ignored}`,
+    );
+    const placedBy = last.sourceSeq !== undefined && last.sourceSeq >= found ? "marker" : "checkpoint";
+    return { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy };
   }
   // A consumer's ack policy cannot be changed: `sourceAcks` changed, it is replaced at its ack floor.
   const policyChanged = existing.config.ack_policy !== ackPolicyOf(link);
@@ -78,7 +125,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   }
   if (!policyChanged && (!holdsNothing || existing.num_ack_pending === 0)) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
-  const stored = await storedAbove(deps.dest, markers, floor);
+  const stored = await storedAbove(deps.dest, markers, floor, deps.maxScan ?? MAX_SCAN);
   const info = await createDurable(jsm, link, floor + 1, true);
   const storedUpTo = Math.max(floor, ...stored.keys());
   if (policyChanged) {
@@ -114,25 +161,65 @@ async function createAtStartAt(deps: CursorDeps, last: LastStored, incarnation: 
     `no source consumer: created one ${where} (${record}; ${choice.why}): ${info.num_pending} messages waiting`,
   );
   const placed = typeof choice.start === "number" ? { startSeq: at } : startsAtFirstDelivery(choice.start) ? { skippedTo: at - 1 } : {};
-  return { info, created: true, repositioned: false, ...placed, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
+  return { info, created: true, repositioned: false, ...placed, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy: "start_at" };
 }
+
+/**
+ * The consumer the link deleted to heal itself: the new one starts at its ack floor + 1 and what it had
+ * delivered beyond that goes first (ordered recovery); what of it the destination holds already is only
+ * acked. Never at what a bounded scan finds, nor at `startAt`: the relay knows where the link was.
+ */
+async function createAfterHeal(deps: CursorDeps, markers: Markers, healed: HealedConsumer): Promise<CursorPosition> {
+  const { link, jsm, logger } = deps;
+  const floor = healed.ackFloor;
+  const stored = await storedAbove(deps.dest, markers, floor, deps.maxScan ?? MAX_SCAN);
+  const info = await createDurable(jsm, link, floor + 1, true);
+  logger.info(
+    { durable: link.durableName, startSeq: floor + 1, delivered: healed.delivered, alreadyStored: stored.size },
+    `the consumer deleted to heal the link was re-created at its ack floor + 1 (source seq ${floor + 1}; ${stored.size} messages above it are in the destination already and are only acked)`,
+  );
+  return { info, created: true, repositioned: true, startSeq: floor + 1, stored, storedUpTo: Math.max(floor, ...stored.keys()), heldUpTo: healed.delivered, placedBy: "heal" };
+}
+
+/**
+ * No consumer, no checkpoint, and a scan that ended at its bound without the link's record: where the
+ * link was cannot be known (DESIGN §11). An operator's explicit start (`jetstream-relay link start-at`)
+ * says where it goes on, and is used once; without one the link halts, naming what was read.
+ */
+async function createAtExplicitStart(deps: CursorDeps, last: LastStored): Promise<CursorPosition> {
+  const { link, jsm, logger } = deps;
+  const explicit = await deps.positions?.explicitStart();
+  if (!explicit) {
+    throw new RelayError(
+      ErrorCodes.POSITION_UNKNOWN,
+      `link ${link.name}: its source consumer ${link.durableName} on ${link.from.region}/${link.from.stream} is gone, there is no checkpoint of its position, and none of its messages is in the last ${last.scanned} messages of destination stream ${link.to.stream} (the scan's bound), which does not cover the stream: where the link was cannot be known, so it halts rather than guess (startAt applies only to a link without a record). Give its start: jetstream-relay link start-at ${link.name} --seq N, then restart the relay`,
+    );
+  }
+  const { value, revision } = explicit;
+  const info = await createDurable(jsm, link, value.seq);
+  logger.warn(
+    { durable: link.durableName, startSeq: value.seq, by: value.by, at: value.at, reason: value.reason, scanned: last.scanned },
+    `no source consumer and no known position (none of the link's messages in the last ${last.scanned} destination messages): created one at source seq ${value.seq}, the explicit start ${value.by || "?"} gave at ${value.at || "?"}`,
+  );
+  // Used once: a later loss finds the checkpoint written from the new consumer.
+  await deps.positions?.startApplied(revision).catch((err: unknown) => logger.warn({ err: (err as Error).message }, "could not delete the applied explicit start (it applies only while the position is unknown)"));
+  return { info, created: true, repositioned: false, startSeq: value.seq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy: "explicit" };
+}
+
+type Markers = { stream: string; domain?: string; source: SourceRef; signal?: AbortSignal };
 
 /**
  * The link's markers with a source seq above `floor`: read backwards from the end of the destination
  * in growing spans until a span reaches a marker at or below the floor (or the start, or MAX_SCAN).
  */
-async function storedAbove(
-  dest: NatsConnection,
-  markers: { stream: string; domain?: string; source: SourceRef; signal?: AbortSignal },
-  floor: number,
-): Promise<Map<number, number>> {
-  const last = await lastStored(dest, { ...markers, maxScan: MAX_SCAN });
+async function storedAbove(dest: NatsConnection, markers: Markers, floor: number, maxScan = MAX_SCAN): Promise<Map<number, number>> {
+  const last = await lastStored(dest, { ...markers, maxScan });
   if (last.sourceSeq === undefined || last.destSeq === undefined || last.sourceSeq <= floor) return new Map();
   for (let span = 1_024; ; span *= 4) {
     const from = Math.max(1, last.destSeq - span + 1);
     const found = await findStoredSourceSeqs(dest, { ...markers, fromDestSeq: from });
     const reachedFloor = [...found.keys()].some((seq) => seq <= floor);
-    if (reachedFloor || from === 1 || span >= MAX_SCAN) {
+    if (reachedFloor || from === 1 || span >= maxScan) {
       for (const seq of [...found.keys()]) if (seq <= floor) found.delete(seq);
       return found;
     }

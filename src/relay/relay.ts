@@ -15,6 +15,7 @@ import { LinkLease } from "../group/lease.js";
 import { GroupMembership } from "../group/membership.js";
 import { groupSessions } from "../group/session-judge.js";
 import { LinkControls } from "../group/link-control.js";
+import { LinkPositions } from "../group/link-position.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
 import { createMetrics } from "../observability/metrics.js";
@@ -49,6 +50,10 @@ export interface RelayDeps {
    * links on it, so a restarted relay gets its links back.
    */
   readonly memberName?: string;
+  /** How often a link's owner writes its checkpoint when its position moved (ms; default 5 s). */
+  readonly checkpointIntervalMs?: number;
+  /** Destination messages a link's scan without a checkpoint reads at most (default 200,000; tests lower it). */
+  readonly maxScan?: number;
 }
 
 export type RelayState = "created" | "starting" | "running" | "stopping" | "stopped";
@@ -85,6 +90,8 @@ export class Relay {
   private readonly sessions: ReturnType<typeof groupSessions>; // its key's writes renew its leases (member-session.ts)
   /** Operators' pauses (the group bucket's control keys), followed by every link; set when the group starts. */
   private controls: LinkControls | undefined;
+  /** The links' checkpoints and explicit starts in the group bucket, on the ownership connection. */
+  private positions: LinkPositions | undefined;
   /** Each link's unfollow of its control key. */
   private readonly unfollow = new Map<Link, () => void>();
   private joining = false;
@@ -286,6 +293,9 @@ export class Relay {
         roundTrips: this.roundTrips,
         progressIntervalMs: this.config.log.progressIntervalMs,
         awaitControl: true,
+        positions: (this.positions ??= new LinkPositions({ nc: ownership, domain: destDomain, bucket: this.config.group.bucket, timeoutMs: 5_000 })).of(leaseKey(config)),
+        ...(this.deps.checkpointIntervalMs ? { checkpointIntervalMs: this.deps.checkpointIntervalMs } : {}),
+        ...(this.deps.maxScan ? { maxScan: this.deps.maxScan } : {}),
       });
       this.links.push(link);
       this.followControl(link);
