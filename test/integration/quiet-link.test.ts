@@ -40,7 +40,7 @@ interface Setup {
   readonly yaml: string;
 }
 
-async function setup(t: { after(fn: () => unknown): void }): Promise<Setup> {
+async function setup(t: { after(fn: () => unknown): void }, opts: { dstDuplicateWindowMs?: number } = {}): Promise<Setup> {
   const servers = withServers(t);
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
   const quiet = uniqueName("QUIET");
@@ -49,7 +49,7 @@ async function setup(t: { after(fn: () => unknown): void }): Promise<Setup> {
   const nca = await connectTo(t, a.url);
   const ncb = await connectTo(t, b.url);
   await createStream(nca, { name: quiet, subjects: [`${quiet}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${quiet}.>`, `${busy}.>`] });
+  await createStream(ncb, { name: dst, subjects: [`${quiet}.>`, `${busy}.>`], ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}) });
   const yaml = linkYaml({
     regions: { a: [a.url], b: [b.url] },
     links: [{ name: LINK, from: "a", fromStream: quiet, to: "b", toStream: dst, extra: "    startAt: new\n" }],
@@ -193,4 +193,33 @@ test("no checkpoint and the scan's bound reached without the link's record: the 
   assert.equal(await metricValue(run3.relay, "relay_cursor_placements_total", { link: LINK, from: "explicit" }), 1);
   assert.equal(await kv.get(startKey(leaseKey(unit))).then((e) => e?.operation ?? "none"), "DEL", "the explicit start is used once");
   await run3.relay.stop(AbortSignal.timeout(5_000));
+});
+
+test("a heal that deletes the consumer (stall, silent path) re-creates it at its ack floor + 1: not at startAt, whatever fills the destination", async (t) => {
+  // A short duplicate window: a message sent twice after it is stored twice, as past 2 minutes.
+  const s = await setup(t, { dstDuplicateWindowMs: 1_000 });
+  const run = await startRelay(t, s.yaml);
+  await check(() => jetstreamManager(s.nca).then((j) => j.consumers.info(s.quiet, DURABLE)).then(() => true, () => false), { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 });
+  const first = await publishIds(s.nca, `${s.quiet}.q`, "q", 100);
+  await check(async () => (await quietCount(s)) >= 100, { name: "the quiet link relayed its first 100", timeoutMs: 15_000, intervalMs: 100 });
+  await caughtUp(s, "before the heal");
+  // Past the real scan bound: the link's last record is deeper than any scan reads.
+  await busyFill(s, 250_000);
+  const filled = Date.now();
+  await check(() => Date.now() > filled + 1_500, { name: "the destination's duplicate window passed", timeoutMs: 5_000, intervalMs: 50 });
+  // The step the stall watch ("consumer") and the silent-path watch take.
+  const link = (run.relay as unknown as { links: { loop: { heal(step: "consumer"): Promise<void> } }[] }).links[0];
+  assert.ok(link);
+  await link.loop.heal("consumer");
+  const more = await publishIds(s.nca, `${s.quiet}.q`, "q", 100, 100);
+  await check(async () => (await quietCount(s)) >= 200, { name: "the quiet link relayed what was published after the heal", timeoutMs: 30_000, intervalMs: 100 });
+  await caughtUp(s, "after the heal");
+  await assertAllOnceInOrder(s, [...first, ...more]);
+  // The new consumer delivered only what came after its ack floor, not the link's whole history again
+  // (in one process the pipeline's memory of finished seqs hides such a replay; past it, or after a
+  // restart, it is stored twice).
+  const info = await (await jetstreamManager(s.nca)).consumers.info(s.quiet, DURABLE);
+  assert.equal(info.delivered.consumer_seq, 100, "the re-created consumer delivered the 100 new messages only");
+  assert.equal(await metricValue(run.relay, "relay_cursor_placements_total", { link: LINK, from: "heal" }), 1, "placed at the deleted consumer's ack floor + 1");
+  await run.relay.stop(AbortSignal.timeout(5_000));
 });
