@@ -66,7 +66,13 @@ export function parseCheckpoint(text: string): LinkCheckpoint | undefined {
   const o = parseJson(text);
   if (!o) return undefined;
   const { sourceCreatedMs, sourceSeq, destCreatedMs, destSeq, at } = o;
-  if (!positiveInt(sourceCreatedMs) || !positiveInt(sourceSeq) || !positiveInt(destCreatedMs) || !positiveInt(destSeq)) return undefined;
+  if (
+    !positiveInt(sourceCreatedMs) ||
+    !positiveInt(sourceSeq) ||
+    !positiveInt(destCreatedMs) ||
+    !positiveInt(destSeq)
+  )
+    return undefined;
   return { sourceCreatedMs, sourceSeq, destCreatedMs, destSeq, at: typeof at === "string" ? at : "" };
 }
 
@@ -80,7 +86,10 @@ export function parseExplicitStart(text: string): ExplicitStart | undefined {
 
 /** Writes an operator's explicit start (the CLI). Resolves with the key's revision. */
 export async function writeExplicitStart(kv: KV, leaseKey: string, value: ExplicitStart): Promise<number> {
-  return kv.put(startKey(leaseKey), JSON.stringify({ seq: value.seq, by: value.by, at: value.at, reason: value.reason }));
+  return kv.put(
+    startKey(leaseKey),
+    JSON.stringify({ seq: value.seq, by: value.by, at: value.at, reason: value.reason }),
+  );
 }
 
 /** What a link reads and writes of its own position (link/cursor.ts, link/checkpoint.ts). */

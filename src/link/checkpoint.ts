@@ -15,23 +15,23 @@
  * Written every `intervalMs` while this relay works the link and the position moved (an idle link on an
  * idle destination writes nothing), and once more when the link stops after its drain.
  */
-import { jetstreamManager } from "@nats-io/jetstream";
+import { JetStreamApiCodes, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
-import type { Logger } from "pino";
-import type { LinkConfig } from "../config/types.js";
 import { toRelayError } from "../errors.js";
 import type { LinkCheckpoint, PositionStore } from "../group/link-position.js";
-import type { TickGrid } from "../lifecycle/tick-grid.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
-import { JetStreamApiCodes } from "@nats-io/jetstream";
-import type { RelayMetrics } from "../observability/metrics.js";
+import type { LinkDeps } from "./link-deps.js";
 
 /** How often the owner writes the checkpoint when the position moved (ms). */
 export const CHECKPOINT_INTERVAL_MS = 5_000;
 
 /** The destination stream's incarnation and last sequence; undefined when it does not exist. */
-export async function readDestination(nc: NatsConnection, stream: string, domain: string | undefined): Promise<{ createdMs: number; lastSeq: number } | undefined> {
+export async function readDestination(
+  nc: NatsConnection,
+  stream: string,
+  domain: string | undefined,
+): Promise<{ createdMs: number; lastSeq: number } | undefined> {
   const jsm = await jetstreamManager(nc, domain ? { domain, checkAPI: false } : { checkAPI: false });
   try {
     const info = await jsm.streams.info(stream);
@@ -42,15 +42,8 @@ export async function readDestination(nc: NatsConnection, stream: string, domain
   }
 }
 
-export interface CheckpointWriterDeps {
-  readonly config: LinkConfig;
-  readonly positions: PositionStore;
-  readonly dest: NatsConnection;
-  readonly destDomain: string | undefined;
-  readonly logger: Logger;
-  readonly metrics: Pick<RelayMetrics, "checkpoints">;
-  readonly ticks: TickGrid;
-  readonly intervalMs: number;
+/** What the writer asks the link, as it runs. */
+export interface CheckpointLink {
   /** The source's JetStream manager, once the link has one. */
   jsm(): JetStreamManager | undefined;
   /** The source stream's incarnation (its creation time, ms), once read. */
@@ -59,17 +52,24 @@ export interface CheckpointWriterDeps {
   working(): boolean;
 }
 
+type WriterDeps = Pick<LinkDeps, "config" | "dest" | "destDomain" | "logger" | "metrics" | "ticks">;
+
 export class CheckpointWriter {
   private unsubscribe: (() => void) | undefined;
   private writing: Promise<void> | undefined;
   private last: LinkCheckpoint | undefined;
   private troubled = false;
 
-  constructor(private readonly deps: CheckpointWriterDeps) {}
+  constructor(
+    private readonly deps: WriterDeps,
+    private readonly positions: PositionStore,
+    private readonly link: CheckpointLink,
+    private readonly intervalMs = CHECKPOINT_INTERVAL_MS,
+  ) {}
 
   start(): void {
-    this.unsubscribe ??= this.deps.ticks.every(this.deps.intervalMs, () => {
-      if (!this.writing && this.deps.working()) void this.writeNow();
+    this.unsubscribe ??= this.deps.ticks.every(this.intervalMs, () => {
+      if (!this.writing && this.link.working()) void this.writeNow();
     });
   }
 
@@ -85,26 +85,43 @@ export class CheckpointWriter {
 
   private async write(): Promise<void> {
     const { config, logger } = this.deps;
-    const jsm = this.deps.jsm();
-    const sourceCreatedMs = this.deps.sourceCreatedMs();
+    const jsm = this.link.jsm();
+    const sourceCreatedMs = this.link.sourceCreatedMs();
     if (!jsm || sourceCreatedMs === undefined) return;
     try {
       // The destination first: a record of the link stored after this read lies above it.
       const dest = await readDestination(this.deps.dest, config.to.stream, this.deps.destDomain);
       if (!dest) return;
       const info = await jsm.consumers.info(config.from.stream, config.durableName);
-      const value: LinkCheckpoint = { sourceCreatedMs, sourceSeq: info.ack_floor.stream_seq, destCreatedMs: dest.createdMs, destSeq: dest.lastSeq, at: new Date().toISOString() };
+      const value: LinkCheckpoint = {
+        sourceCreatedMs,
+        sourceSeq: info.ack_floor.stream_seq,
+        destCreatedMs: dest.createdMs,
+        destSeq: dest.lastSeq,
+        at: new Date().toISOString(),
+      };
       const last = this.last;
-      if (last && last.sourceCreatedMs === value.sourceCreatedMs && last.sourceSeq === value.sourceSeq && last.destCreatedMs === value.destCreatedMs && last.destSeq === value.destSeq) return;
-      if (!this.deps.working()) return;
-      await this.deps.positions.writeCheckpoint(value);
+      if (
+        last &&
+        last.sourceCreatedMs === value.sourceCreatedMs &&
+        last.sourceSeq === value.sourceSeq &&
+        last.destCreatedMs === value.destCreatedMs &&
+        last.destSeq === value.destSeq
+      )
+        return;
+      if (!this.link.working()) return;
+      await this.positions.writeCheckpoint(value);
       this.last = value;
       this.deps.metrics.checkpoints.inc({ link: config.name });
       if (this.troubled) logger.info("link checkpoint written again");
       this.troubled = false;
     } catch (err) {
       // A consumer not there (being re-created) or a bucket in an election: the next tick tries again.
-      if (!this.troubled) logger.warn({ err: toRelayError(err).message }, "could not write the link's checkpoint (its position in the group bucket); trying again");
+      if (!this.troubled)
+        logger.warn(
+          { err: toRelayError(err).message },
+          "could not write the link's checkpoint (its position in the group bucket); trying again",
+        );
       this.troubled = true;
     }
   }

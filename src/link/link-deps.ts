@@ -40,8 +40,4 @@ export interface LinkDeps {
   readonly awaitControl?: boolean;
   /** The link's checkpoint and an operator's explicit start in the group bucket (absent: no checkpoint). */
   readonly positions?: PositionStore;
-  /** How often the owner writes the checkpoint when the position moved (ms; default 5 s). */
-  readonly checkpointIntervalMs?: number;
-  /** Destination messages a scan without a checkpoint reads at most (default 200,000; tests lower it). */
-  readonly maxScan?: number;
 }

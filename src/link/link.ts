@@ -11,7 +11,7 @@ import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import { BacklogPoll } from "./backlog-poll.js";
-import { CHECKPOINT_INTERVAL_MS, CheckpointWriter } from "./checkpoint.js";
+import { CheckpointWriter } from "./checkpoint.js";
 import type { BacklogReading } from "./backlog.js";
 import { ConsumeLoop } from "./consume-loop.js";
 import { Destination } from "./destination.js";
@@ -298,7 +298,6 @@ export class Link {
       operator: this.operator,
       rate: this.rate,
       ...(deps.positions ? { positions: deps.positions } : {}),
-      ...(deps.maxScan ? { maxScan: deps.maxScan } : {}),
       owns: () => deps.lease.valid(),
       failed: () => this.state.state === "failed",
       cursorConfig: () => this.cursorConfig(),
@@ -313,21 +312,11 @@ export class Link {
         placed: (from) => deps.metrics.cursorPlacements.inc({ link: this.name, from }),
       },
     });
-    this.checkpoint =
-      deps.positions &&
-      new CheckpointWriter({
-        config,
-        positions: deps.positions,
-        dest: deps.dest,
-        destDomain: deps.destDomain,
-        logger: this.logger,
-        metrics: deps.metrics,
-        ticks: deps.ticks,
-        intervalMs: deps.checkpointIntervalMs ?? CHECKPOINT_INTERVAL_MS,
-        jsm: () => this.loop.jsm,
-        sourceCreatedMs: () => this.sourceStream.ref().createdMs,
-        working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
-      });
+    this.checkpoint = deps.positions && new CheckpointWriter(deps, deps.positions, {
+      jsm: () => this.loop.jsm,
+      sourceCreatedMs: () => this.sourceStream.ref().createdMs,
+      working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
+    });
     this.health = new LinkHealth({
       link: config.name,
       inFlight: config.inFlight,

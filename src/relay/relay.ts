@@ -50,10 +50,6 @@ export interface RelayDeps {
    * links on it, so a restarted relay gets its links back.
    */
   readonly memberName?: string;
-  /** How often a link's owner writes its checkpoint when its position moved (ms; default 5 s). */
-  readonly checkpointIntervalMs?: number;
-  /** Destination messages a link's scan without a checkpoint reads at most (default 200,000; tests lower it). */
-  readonly maxScan?: number;
 }
 
 export type RelayState = "created" | "starting" | "running" | "stopping" | "stopped";
@@ -90,8 +86,6 @@ export class Relay {
   private readonly sessions: ReturnType<typeof groupSessions>; // its key's writes renew its leases (member-session.ts)
   /** Operators' pauses (the group bucket's control keys), followed by every link; set when the group starts. */
   private controls: LinkControls | undefined;
-  /** The links' checkpoints and explicit starts in the group bucket, on the ownership connection. */
-  private positions: LinkPositions | undefined;
   /** Each link's unfollow of its control key. */
   private readonly unfollow = new Map<Link, () => void>();
   private joining = false;
@@ -293,9 +287,7 @@ export class Relay {
         roundTrips: this.roundTrips,
         progressIntervalMs: this.config.log.progressIntervalMs,
         awaitControl: true,
-        positions: (this.positions ??= new LinkPositions({ nc: ownership, domain: destDomain, bucket: this.config.group.bucket, timeoutMs: 5_000 })).of(leaseKey(config)),
-        ...(this.deps.checkpointIntervalMs ? { checkpointIntervalMs: this.deps.checkpointIntervalMs } : {}),
-        ...(this.deps.maxScan ? { maxScan: this.deps.maxScan } : {}),
+        positions: new LinkPositions({ nc: ownership, domain: destDomain, bucket: this.config.group.bucket, timeoutMs: 5_000 }).of(leaseKey(config)),
       });
       this.links.push(link);
       this.followControl(link);

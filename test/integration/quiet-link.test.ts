@@ -17,16 +17,13 @@ import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { check, uniqueName } from "../helpers/check.js";
 import { fillStream } from "../helpers/fill.js";
-import { LogSink, metricValue, spawnRelay, writeConfig } from "../helpers/relays.js";
+import { metricValue, spawnRelay, startRelay as startRelayIn, writeConfig } from "../helpers/relays.js";
 import { linkYaml, publishIds } from "../helpers/scenario.js";
 import { withServers } from "../helpers/servers.js";
 import { connectTo, createStream, exactlyOnce } from "../helpers/streams.js";
 import { parseConfigText } from "../../src/config/load.js";
 import { leaseKey } from "../../src/config/lease-key.js";
 import { checkpointKey, startKey } from "../../src/group/link-position.js";
-import { createLogger } from "../../src/observability/logger.js";
-import { Relay } from "../../src/relay/relay.js";
-import type { RelayDeps } from "../../src/relay/relay.js";
 
 const LINK = "quiet";
 const DURABLE = `relay-${LINK}`;
@@ -40,7 +37,10 @@ interface Setup {
   readonly yaml: string;
 }
 
-async function setup(t: { after(fn: () => unknown): void }, opts: { dstDuplicateWindowMs?: number } = {}): Promise<Setup> {
+async function setup(
+  t: { after(fn: () => unknown): void },
+  opts: { dstDuplicateWindowMs?: number } = {},
+): Promise<Setup> {
   const servers = withServers(t);
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
   const quiet = uniqueName("QUIET");
@@ -49,21 +49,23 @@ async function setup(t: { after(fn: () => unknown): void }, opts: { dstDuplicate
   const nca = await connectTo(t, a.url);
   const ncb = await connectTo(t, b.url);
   await createStream(nca, { name: quiet, subjects: [`${quiet}.>`] });
-  await createStream(ncb, { name: dst, subjects: [`${quiet}.>`, `${busy}.>`], ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}) });
+  await createStream(ncb, {
+    name: dst,
+    subjects: [`${quiet}.>`, `${busy}.>`],
+    ...(opts.dstDuplicateWindowMs ? { duplicateWindowMs: opts.dstDuplicateWindowMs } : {}),
+  });
   const yaml = linkYaml({
     regions: { a: [a.url], b: [b.url] },
-    links: [{ name: LINK, from: "a", fromStream: quiet, to: "b", toStream: dst, extra: "    startAt: new\n" }],
+    links: [
+      { name: LINK, from: "a", fromStream: quiet, to: "b", toStream: dst, extra: "    startAt: new\n" },
+    ],
   });
   return { nca, ncb, quiet, busy, dst, yaml };
 }
 
-/** An in-process relay of region b with `deps` (a lower scan bound, a checkpoint interval), stopped when the test ends. */
-async function startRelay(t: { after(fn: () => unknown): void }, yaml: string, deps: Partial<RelayDeps> = {}) {
-  const logs = new LogSink();
-  const relay = new Relay(parseConfigText(yaml, "test.yaml", process.env), "b", { logger: createLogger({ level: "info", destination: logs, secrets: [] }), pollIntervalMs: 250, ...deps });
-  t.after(() => relay.stop(AbortSignal.timeout(5_000)));
-  await relay.start();
-  return { relay, logs };
+/** An in-process relay of region b, stopped when the test ends. */
+function startRelay(t: { after(fn: () => unknown): void }, yaml: string) {
+  return startRelayIn(t, yaml, "b");
 }
 
 /** `count` messages of link busy, straight into DST as that link stores them (its markers, its link name). */
@@ -84,7 +86,10 @@ async function quietIds(s: Setup): Promise<string[]> {
   const info = await jsm.streams.info(s.dst, { subjects_filter: `${s.quiet}.>` });
   const total = Object.values(info.state.subjects ?? {}).reduce((a, n) => a + n, 0);
   if (total === 0) return [];
-  const consumer = await jetstream(s.ncb).consumers.get(s.dst, { filter_subjects: `${s.quiet}.>`, deliver_policy: DeliverPolicy.All });
+  const consumer = await jetstream(s.ncb).consumers.get(s.dst, {
+    filter_subjects: `${s.quiet}.>`,
+    deliver_policy: DeliverPolicy.All,
+  });
   const ids: string[] = [];
   const iter = await consumer.consume({ max_messages: 500 });
   const timer = setTimeout(() => void iter.stop(), 10_000);
@@ -117,17 +122,41 @@ async function caughtUp(s: Setup, what: string): Promise<void> {
 async function assertAllOnceInOrder(s: Setup, expected: readonly string[]): Promise<void> {
   const ids = await quietIds(s);
   const { missing, duplicated } = exactlyOnce(ids, expected);
-  assert.deepEqual({ missing: missing.slice(0, 10), missingCount: missing.length, duplicated: duplicated.slice(0, 10) }, { missing: [], missingCount: 0, duplicated: [] });
+  assert.deepEqual(
+    { missing: missing.slice(0, 10), missingCount: missing.length, duplicated: duplicated.slice(0, 10) },
+    { missing: [], missingCount: 0, duplicated: [] },
+  );
   assert.deepEqual(ids, [...expected], "in source order");
 }
 
 /** Run 1: the quiet link relays 100, then `busy` messages of the busy link follow them into DST; the relay stops. */
-async function quietThenBusy(t: { after(fn: () => unknown): void }, s: Setup, busy: number, deps: Partial<RelayDeps>): Promise<string[]> {
-  const run1 = await startRelay(t, s.yaml, deps);
-  await check(() => (run1.relay.status().links[0]?.state ?? "") === "live" || undefined, { name: "the quiet link is live", timeoutMs: 15_000, intervalMs: 50 });
-  await check(() => jetstreamManager(s.nca).then((j) => j.consumers.info(s.quiet, DURABLE)).then(() => true, () => false), { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 });
+async function quietThenBusy(
+  t: { after(fn: () => unknown): void },
+  s: Setup,
+  busy: number,
+): Promise<string[]> {
+  const run1 = await startRelay(t, s.yaml);
+  await check(() => (run1.relay.status().links[0]?.state ?? "") === "live" || undefined, {
+    name: "the quiet link is live",
+    timeoutMs: 15_000,
+    intervalMs: 50,
+  });
+  await check(
+    () =>
+      jetstreamManager(s.nca)
+        .then((j) => j.consumers.info(s.quiet, DURABLE))
+        .then(
+          () => true,
+          () => false,
+        ),
+    { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 },
+  );
   const first = await publishIds(s.nca, `${s.quiet}.q`, "q", 100);
-  await check(async () => (await quietCount(s)) >= 100, { name: "the quiet link relayed its first 100", timeoutMs: 15_000, intervalMs: 100 });
+  await check(async () => (await quietCount(s)) >= 100, {
+    name: "the quiet link relayed its first 100",
+    timeoutMs: 15_000,
+    intervalMs: 100,
+  });
   await caughtUp(s, "run 1");
   await busyFill(s, busy);
   await run1.relay.stop(AbortSignal.timeout(5_000));
@@ -143,24 +172,31 @@ async function loseDurableWhileDown(s: Setup): Promise<string[]> {
 test("a quiet link's consumer lost behind 250,000 busy messages (the real scan bound): the checkpoint says where it was, nothing missing, nothing twice", async (t) => {
   const s = await setup(t);
   const filled = performance.now();
-  const first = await quietThenBusy(t, s, 250_000, {});
+  const first = await quietThenBusy(t, s, 250_000);
   t.diagnostic(`run 1 with 250,000 busy messages: ${Math.round(performance.now() - filled)} ms`);
   const more = await loseDurableWhileDown(s);
   const placed = performance.now();
   const run2 = await startRelay(t, s.yaml);
-  await check(async () => (await quietCount(s)) >= 200 || run2.relay.status().links[0]?.state === "failed", { name: "the quiet link relayed what was published while its consumer was gone", timeoutMs: 30_000, intervalMs: 100 });
+  await check(async () => (await quietCount(s)) >= 200 || run2.relay.status().links[0]?.state === "failed", {
+    name: "the quiet link relayed what was published while its consumer was gone",
+    timeoutMs: 30_000,
+    intervalMs: 100,
+  });
   await caughtUp(s, "run 2");
   t.diagnostic(`run 2 placed the consumer and relayed 100: ${Math.round(performance.now() - placed)} ms`);
   await assertAllOnceInOrder(s, [...first, ...more]);
-  assert.equal(await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "checkpoint" }), 1, "placed by the checkpoint");
+  assert.equal(
+    await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "checkpoint" }),
+    1,
+    "placed by the checkpoint",
+  );
   assert.equal(await metricValue(run2.relay, "relay_gap_messages_total", { link: LINK }), 0, "no gap");
   await run2.relay.stop(AbortSignal.timeout(5_000));
 });
 
 test("no checkpoint and the scan's bound reached without the link's record: the link halts with POSITION_UNKNOWN; link start-at lets it go on", async (t) => {
   const s = await setup(t);
-  const deps = { maxScan: 1_000 };
-  const first = await quietThenBusy(t, s, 3_000, deps);
+  const first = await quietThenBusy(t, s, 250_000);
   const more = await loseDurableWhileDown(s);
   // No checkpoint either (a group bucket lost, or one never written).
   const config = parseConfigText(s.yaml, "test.yaml", process.env);
@@ -170,28 +206,67 @@ test("no checkpoint and the scan's bound reached without the link's record: the 
   assert.ok(await kv.get(checkpointKey(leaseKey(unit))), "the owner wrote a checkpoint");
   await kv.purge(checkpointKey(leaseKey(unit)));
 
-  const run2 = await startRelay(t, s.yaml, deps);
-  const halted = await check(() => (run2.relay.status().links[0]?.state === "failed" ? run2.relay.status().links[0] : undefined), { name: "the quiet link halts", timeoutMs: 15_000, intervalMs: 50 });
+  const run2 = await startRelay(t, s.yaml);
+  const halted = await check(
+    () => (run2.relay.status().links[0]?.state === "failed" ? run2.relay.status().links[0] : undefined),
+    { name: "the quiet link halts", timeoutMs: 15_000, intervalMs: 50 },
+  );
   assert.equal(halted.lastError?.code, "POSITION_UNKNOWN");
-  assert.match(halted.lastError?.message ?? "", new RegExp(`link ${LINK}: .*none of its messages is in the last 1000 messages of destination stream ${s.dst}`));
+  assert.match(
+    halted.lastError?.message ?? "",
+    new RegExp(
+      `link ${LINK}: .*none of its messages is in the last 200000 messages of destination stream ${s.dst}`,
+    ),
+  );
   assert.match(halted.lastError?.message ?? "", /jetstream-relay link start-at quiet --seq N/);
-  assert.equal(await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "unknown" }), 1);
+  assert.equal(
+    await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "unknown" }),
+    1,
+  );
   assert.equal(await quietCount(s), 100, "nothing guessed: nothing relayed");
-  assert.equal(await (await jetstreamManager(s.nca)).consumers.info(s.quiet, DURABLE).then(() => true, () => false), false, "no consumer created");
+  assert.equal(
+    await (await jetstreamManager(s.nca)).consumers.info(s.quiet, DURABLE).then(
+      () => true,
+      () => false,
+    ),
+    false,
+    "no consumer created",
+  );
   await run2.relay.stop(AbortSignal.timeout(5_000));
 
   // The operator knows the first 100 are in DST: start at source seq 101.
   const file = await writeConfig(s.yaml);
-  const cli = spawnRelay(t, ["link", "start-at", LINK, "--seq", "101", "--config", file, "--reason", "consumer lost"]);
+  const cli = spawnRelay(t, [
+    "link",
+    "start-at",
+    LINK,
+    "--seq",
+    "101",
+    "--config",
+    file,
+    "--reason",
+    "consumer lost",
+  ]);
   assert.equal(await cli.exited, 0, cli.output());
   assert.match(cli.output(), /quiet: start at source seq 101/);
 
-  const run3 = await startRelay(t, s.yaml, deps);
-  await check(async () => (await quietCount(s)) >= 200 || run3.relay.status().links[0]?.state === "failed", { name: "the quiet link goes on from the explicit start", timeoutMs: 15_000, intervalMs: 100 });
+  const run3 = await startRelay(t, s.yaml);
+  await check(async () => (await quietCount(s)) >= 200 || run3.relay.status().links[0]?.state === "failed", {
+    name: "the quiet link goes on from the explicit start",
+    timeoutMs: 15_000,
+    intervalMs: 100,
+  });
   await caughtUp(s, "run 3");
   await assertAllOnceInOrder(s, [...first, ...more]);
-  assert.equal(await metricValue(run3.relay, "relay_cursor_placements_total", { link: LINK, from: "explicit" }), 1);
-  assert.equal(await kv.get(startKey(leaseKey(unit))).then((e) => e?.operation ?? "none"), "DEL", "the explicit start is used once");
+  assert.equal(
+    await metricValue(run3.relay, "relay_cursor_placements_total", { link: LINK, from: "explicit" }),
+    1,
+  );
+  assert.equal(
+    await kv.get(startKey(leaseKey(unit))).then((e) => e?.operation ?? "none"),
+    "DEL",
+    "the explicit start is used once",
+  );
   await run3.relay.stop(AbortSignal.timeout(5_000));
 });
 
@@ -199,27 +274,57 @@ test("a heal that deletes the consumer (stall, silent path) re-creates it at its
   // A short duplicate window: a message sent twice after it is stored twice, as past 2 minutes.
   const s = await setup(t, { dstDuplicateWindowMs: 1_000 });
   const run = await startRelay(t, s.yaml);
-  await check(() => jetstreamManager(s.nca).then((j) => j.consumers.info(s.quiet, DURABLE)).then(() => true, () => false), { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 });
+  await check(
+    () =>
+      jetstreamManager(s.nca)
+        .then((j) => j.consumers.info(s.quiet, DURABLE))
+        .then(
+          () => true,
+          () => false,
+        ),
+    { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 },
+  );
   const first = await publishIds(s.nca, `${s.quiet}.q`, "q", 100);
-  await check(async () => (await quietCount(s)) >= 100, { name: "the quiet link relayed its first 100", timeoutMs: 15_000, intervalMs: 100 });
+  await check(async () => (await quietCount(s)) >= 100, {
+    name: "the quiet link relayed its first 100",
+    timeoutMs: 15_000,
+    intervalMs: 100,
+  });
   await caughtUp(s, "before the heal");
   // Past the real scan bound: the link's last record is deeper than any scan reads.
   await busyFill(s, 250_000);
   const filled = Date.now();
-  await check(() => Date.now() > filled + 1_500, { name: "the destination's duplicate window passed", timeoutMs: 5_000, intervalMs: 50 });
+  await check(() => Date.now() > filled + 1_500, {
+    name: "the destination's duplicate window passed",
+    timeoutMs: 5_000,
+    intervalMs: 50,
+  });
   // The step the stall watch ("consumer") and the silent-path watch take.
-  const link = (run.relay as unknown as { links: { loop: { heal(step: "consumer"): Promise<void> } }[] }).links[0];
+  const link = (run.relay as unknown as { links: { loop: { heal(step: "consumer"): Promise<void> } }[] })
+    .links[0];
   assert.ok(link);
   await link.loop.heal("consumer");
   const more = await publishIds(s.nca, `${s.quiet}.q`, "q", 100, 100);
-  await check(async () => (await quietCount(s)) >= 200, { name: "the quiet link relayed what was published after the heal", timeoutMs: 30_000, intervalMs: 100 });
+  await check(async () => (await quietCount(s)) >= 200, {
+    name: "the quiet link relayed what was published after the heal",
+    timeoutMs: 30_000,
+    intervalMs: 100,
+  });
   await caughtUp(s, "after the heal");
   await assertAllOnceInOrder(s, [...first, ...more]);
   // The new consumer delivered only what came after its ack floor, not the link's whole history again
   // (in one process the pipeline's memory of finished seqs hides such a replay; past it, or after a
   // restart, it is stored twice).
   const info = await (await jetstreamManager(s.nca)).consumers.info(s.quiet, DURABLE);
-  assert.equal(info.delivered.consumer_seq, 100, "the re-created consumer delivered the 100 new messages only");
-  assert.equal(await metricValue(run.relay, "relay_cursor_placements_total", { link: LINK, from: "heal" }), 1, "placed at the deleted consumer's ack floor + 1");
+  assert.equal(
+    info.delivered.consumer_seq,
+    100,
+    "the re-created consumer delivered the 100 new messages only",
+  );
+  assert.equal(
+    await metricValue(run.relay, "relay_cursor_placements_total", { link: LINK, from: "heal" }),
+    1,
+    "placed at the deleted consumer's ack floor + 1",
+  );
   await run.relay.stop(AbortSignal.timeout(5_000));
 });
