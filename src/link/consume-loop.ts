@@ -16,7 +16,7 @@ import { toDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
 import type { BacklogProbe } from "./backlog.js";
-import { positionCursor } from "./cursor.js";
+import { destSubjectsOf, positionCursor } from "./cursor.js";
 import type { HealedConsumer, Placement } from "./cursor.js";
 import type { PositionStore } from "../group/link-position.js";
 import { DeliveryOrder } from "./delivery-order.js";
@@ -62,7 +62,7 @@ export interface ConsumeLoopDeps {
   readonly pipeline: DeliverySink;
   readonly ownership: Pick<Ownership, "handingOver" | "handOver" | "holdLease" | "drainWhileOwned">;
   readonly guard: Pick<GuardWatch, "ready" | "verified" | "verify">;
-  readonly sourceStream: Pick<SourceStream, "read" | "ref" | "sizes">;
+  readonly sourceStream: Pick<SourceStream, "read" | "ref" | "sizes" | "info">;
   readonly destination: Pick<DestinationCheck, "refresh">;
   readonly window: Pick<LinkWindow, "placed" | "pullOptions" | "receive" | "holding">;
   readonly probe: Pick<BacklogProbe, "read">;
@@ -189,6 +189,7 @@ export class ConsumeLoop {
             ...(this.deps.positions ? { positions: this.deps.positions } : {}),
             ...(this.deps.maxScan ? { maxScan: this.deps.maxScan } : {}),
             ...(healed ? { healed } : {}),
+            destSubjects: destSubjectsOf(config, this.deps.sourceStream.info) ?? [],
           },
           this.deps.sourceStream.ref(),
           true,

@@ -1,11 +1,12 @@
-import type { ConsumerInfo, JetStreamManager } from "@nats-io/jetstream";
+import type { ConsumerInfo, JetStreamManager, StreamInfo } from "@nats-io/jetstream";
+import { transformPattern } from "../protocol/subjects.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, isRelayError, RelayError } from "../errors.js";
 import type { PositionStore } from "../group/link-position.js";
 import { ackPolicyOf, createDurable, readDurable } from "../nats/durable-consumer.js";
-import { findStoredSourceSeqs, lastStoredSourceSeq } from "../nats/destination-markers.js";
+import { findStoredSourceSeqs, holdsAnyOn, lastStoredSourceSeq } from "../nats/destination-markers.js";
 import type { LastStored, SourceRef } from "../nats/destination-markers.js";
 import { describeStartAt, LinkStart, startsAtFirstDelivery } from "./start-at.js";
 import { readDestination } from "./checkpoint.js";
@@ -30,6 +31,8 @@ export interface CursorDeps {
   readonly healed?: HealedConsumer;
   /** Destination messages a scan without a checkpoint reads at most (default MAX_SCAN; tests lower it). */
   readonly maxScan?: number;
+  /** The subjects the link writes in the destination (destSubjectsOf), when known. */
+  readonly destSubjects?: readonly string[];
 }
 
 /** A consumer the link deleted itself, read just before (consume-loop.ts heal). */
@@ -61,6 +64,16 @@ export interface CursorPosition {
   readonly heldUpTo: number;
   /** A consumer that was gone: what placed the new one (relay_cursor_placements_total{from}). */
   readonly placedBy?: Placement;
+}
+
+/**
+ * The subjects `link` writes in its destination: its filter, or its source stream's subjects, through
+ * its transform. Undefined when the source stream names none (one that only sources or mirrors others).
+ */
+export function destSubjectsOf(link: LinkConfig, sourceInfo: StreamInfo | undefined): string[] | undefined {
+  const from = link.from.filterSubject !== undefined ? [link.from.filterSubject] : sourceInfo?.config.subjects;
+  if (!from || from.length === 0) return undefined;
+  return [...new Set(from.flatMap((s) => transformPattern(s, link.to.transform)))];
 }
 
 /** What placed a new consumer of a link whose consumer was gone. */
@@ -102,6 +115,9 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     const found = Math.max(last.sourceSeq ?? 0, checkpoint?.sourceSeq ?? 0);
     if (last.sourceSeq === undefined && !checkpoint) {
       if (last.complete) return createAtStartAt(deps, last, source.createdMs);
+      // The scan's bound says nothing; no message on the link's subjects at all is certain (a new link
+      // on a destination that other links fill).
+      if (deps.destSubjects?.length && !(await holdsAnyOn(deps.dest, markers, deps.destSubjects))) return createAtStartAt(deps, { ...last, complete: true }, source.createdMs);
       return createAtExplicitStart(deps, last);
     }
     const startSeq = found + 1;

@@ -136,6 +136,23 @@ export async function findStoredSourceSeqs(
   return found;
 }
 
+/**
+ * Whether the destination holds any message on one of `patterns` (the subjects a link writes): one
+ * STREAM.MSG.GET `next_by_subj` per pattern from the stream's first sequence, no scan. False is certain:
+ * none of the link's messages can be there, however many messages of other subjects it holds.
+ * Rejects as lastStoredSourceSeq does.
+ */
+export async function holdsAnyOn(nc: NatsConnection, opts: Omit<DestinationOptions, "source">, patterns: readonly string[]): Promise<boolean> {
+  const jsOpts = opts.domain ? { domain: opts.domain } : {};
+  const jsm = await unlessAborted(jetstreamManager(nc, { ...jsOpts, checkAPI: false }), opts.signal, `destination stream ${opts.stream}`);
+  for (const subject of patterns) {
+    const query = { seq: 1, next_by_subj: subject }; // 2.9 has it; the client's MsgRequest type does not list it
+    const found = await unlessAborted(jsm.streams.getMessage(opts.stream, query), opts.signal, `destination stream ${opts.stream}, looking for a message on ${subject}`);
+    if (found !== null) return true;
+  }
+  return false;
+}
+
 type Reader = Awaited<ReturnType<typeof openReader>>;
 
 async function openReader(nc: NatsConnection, opts: DestinationOptions) {

@@ -328,3 +328,23 @@ test("a heal that deletes the consumer (stall, silent path) re-creates it at its
   );
   await run.relay.stop(AbortSignal.timeout(5_000));
 });
+
+test("a new link on a destination that another link filled past the scan's bound: no message on its subjects is certain, startAt applies", async (t) => {
+  const s = await setup(t);
+  await busyFill(s, 250_000);
+  const old = await publishIds(s.nca, `${s.quiet}.q`, "q", 10);
+  const { relay } = await startRelay(t, s.yaml.replace("startAt: new", "startAt: earliest"));
+  const live = await publishIds(s.nca, `${s.quiet}.q`, "q", 10, 10);
+  await check(async () => (await quietCount(s)) >= 20 || relay.status().links[0]?.state === "failed", {
+    name: "the new link relays from startAt earliest",
+    timeoutMs: 30_000,
+    intervalMs: 100,
+  });
+  await caughtUp(s, "new link");
+  await assertAllOnceInOrder(s, [...old, ...live]);
+  assert.equal(
+    await metricValue(relay, "relay_cursor_placements_total", { link: LINK, from: "start_at" }),
+    1,
+  );
+  await relay.stop(AbortSignal.timeout(5_000));
+});
