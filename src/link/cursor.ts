@@ -89,7 +89,11 @@ export const MAX_SCAN = 200_000;
  * Places the link's source cursor before it consumes (DESIGN §2.1, ordered recovery):
  * - no consumer (first start, deleted by an operator, lost with its stream's state): a new one starts
  *   after the last source sequence the destination holds for this link (its newest `Relay-Source`
- *   marker), never at the start of a stream the destination already has;
+ *   marker), never at the start of a stream the destination already has. The link's checkpoint
+ *   (checkpoint.ts) bounds that search, so its depth never matters; one this process deleted to heal
+ *   the link starts at its ack floor + 1; a link without a record starts at `startAt`; and a link whose
+ *   record cannot be found (no checkpoint, the scan's bound reached) halts: POSITION_UNKNOWN, unless an
+ *   operator gave its start (DESIGN §11);
  * - a consumer with ack-pending messages, when this process holds none of them (it just started, or
  *   took the link over): those were held by a process that died or was stopped. JetStream would deliver
  *   newer messages at once and those only after their ack wait, so they would land after newer ones:
@@ -104,20 +108,20 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   const markers = { stream: link.to.stream, source: { ...source, link: link.name }, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
     const healed = deps.healed;
-    if (healed && healed.sourceCreatedMs === source.createdMs) return createAfterHeal(deps, markers, healed);
+    if (healed && healed.sourceCreatedMs === source.createdMs) return dropUnusedStart(deps, await createAfterHeal(deps, markers, healed));
     // The checkpoint bounds the scan: anything of the link's newer than it lies above its destination
     // seq, so only that is read, however much it is, and with nothing there its source seq is the
     // position. One of another source or destination incarnation says nothing about this one.
     const dest = await readDestination(deps.dest, link.to.stream, deps.destDomain);
     const stored = await deps.positions?.checkpoint();
     const checkpoint = stored && dest && stored.sourceCreatedMs === source.createdMs && stored.destCreatedMs === dest.createdMs ? stored : undefined;
-    const last = checkpoint ? await lastStored(deps.dest, { ...markers, downTo: checkpoint.destSeq + 1 }) : await lastStored(deps.dest, { ...markers, maxScan: deps.maxScan ?? MAX_SCAN });
+    const last = checkpoint ? await lastStored(deps.dest, { ...markers, downTo: checkpoint.destSeq + 1, maxScan: Number.MAX_SAFE_INTEGER }) : await lastStored(deps.dest, { ...markers, maxScan: deps.maxScan ?? MAX_SCAN });
     const found = Math.max(last.sourceSeq ?? 0, checkpoint?.sourceSeq ?? 0);
     if (last.sourceSeq === undefined && !checkpoint) {
-      if (last.complete) return createAtStartAt(deps, last, source.createdMs);
+      if (last.complete) return dropUnusedStart(deps, await createAtStartAt(deps, last, source.createdMs));
       // The scan's bound says nothing; no message on the link's subjects at all is certain (a new link
       // on a destination that other links fill).
-      if (deps.destSubjects?.length && !(await holdsAnyOn(deps.dest, markers, deps.destSubjects))) return createAtStartAt(deps, { ...last, complete: true }, source.createdMs);
+      if (deps.destSubjects?.length && !(await holdsAnyOn(deps.dest, markers, deps.destSubjects))) return dropUnusedStart(deps, await createAtStartAt(deps, { ...last, complete: true }, source.createdMs));
       return createAtExplicitStart(deps, last);
     }
     const startSeq = found + 1;
@@ -132,7 +136,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
       `no source consumer: created one starting after source seq ${startSeq - 1}, ${why}${ignored}`,
     );
     const placedBy = last.sourceSeq !== undefined && last.sourceSeq >= found ? "marker" : "checkpoint";
-    return { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy };
+    return dropUnusedStart(deps, { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy });
   }
   // A consumer's ack policy cannot be changed: `sourceAcks` changed, it is replaced at its ack floor.
   const policyChanged = existing.config.ack_policy !== ackPolicyOf(link);
@@ -220,6 +224,23 @@ async function createAtExplicitStart(deps: CursorDeps, last: LastStored): Promis
   // Used once: a later loss finds the checkpoint written from the new consumer.
   await deps.positions?.startApplied(revision).catch((err: unknown) => logger.warn({ err: (err as Error).message }, "could not delete the applied explicit start (it applies only while the position is unknown)"));
   return { info, created: true, repositioned: false, startSeq: value.seq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy: "explicit" };
+}
+
+/**
+ * An explicit start left from an earlier halt that the link did not need (its position was known after
+ * all) is deleted: applied much later, to another loss, it would be a guess.
+ */
+async function dropUnusedStart(deps: CursorDeps, position: CursorPosition): Promise<CursorPosition> {
+  try {
+    const left = await deps.positions?.explicitStart();
+    if (left) {
+      await deps.positions?.startApplied(left.revision);
+      deps.logger.warn({ seq: left.value.seq, by: left.value.by, at: left.value.at }, `an explicit start (source seq ${left.value.seq}) was not needed: the link's position was known (${position.placedBy ?? "?"}); deleted`);
+    }
+  } catch (err) {
+    deps.logger.debug({ err: (err as Error).message }, "could not look for an unused explicit start");
+  }
+  return position;
 }
 
 type Markers = { stream: string; domain?: string; source: SourceRef; signal?: AbortSignal };
