@@ -4,7 +4,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, isRelayError, RelayError } from "../errors.js";
-import type { PositionStore } from "../group/link-position.js";
+import type { LinkCheckpoint, PositionStore } from "../group/link-position.js";
 import { ackPolicyOf, createDurable, readDurable } from "../nats/durable-consumer.js";
 import { findStoredSourceSeqs, holdsAnyOn, lastStoredSourceSeq } from "../nats/destination-markers.js";
 import type { LastStored, SourceRef } from "../nats/destination-markers.js";
@@ -111,10 +111,10 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     if (healed && healed.sourceCreatedMs === source.createdMs) return dropUnusedStart(deps, await createAfterHeal(deps, markers, healed));
     // The checkpoint bounds the scan: anything of the link's newer than it lies above its destination
     // seq, so only that is read, however much it is, and with nothing there its source seq is the
-    // position. One of another source or destination incarnation says nothing about this one.
+    // position. One of another destination incarnation says nothing; one of an older source
+    // incarnation says the stream was re-created since: all of the new one is after it (seq 0).
     const dest = await readDestination(deps.dest, link.to.stream, deps.destDomain);
-    const stored = await deps.positions?.checkpoint();
-    const checkpoint = stored && dest && stored.sourceCreatedMs === source.createdMs && stored.destCreatedMs === dest.createdMs ? stored : undefined;
+    const checkpoint = usableCheckpoint(await deps.positions?.checkpoint(), dest?.createdMs, source.createdMs);
     const last = checkpoint ? await lastStored(deps.dest, { ...markers, downTo: checkpoint.destSeq + 1, maxScan: Number.MAX_SAFE_INTEGER }) : await lastStored(deps.dest, { ...markers, maxScan: deps.maxScan ?? MAX_SCAN });
     const found = Math.max(last.sourceSeq ?? 0, checkpoint?.sourceSeq ?? 0);
     if (last.sourceSeq === undefined && !checkpoint) {
@@ -125,7 +125,8 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
       return createAtExplicitStart(deps, last);
     }
     const startSeq = found + 1;
-    const info = await createDurable(jsm, link, startSeq);
+    // From the start of a re-created stream: whatever its first seq is now (no gap before it).
+    const info = await createDurable(jsm, link, found === 0 ? undefined : startSeq);
     const ignored = link.startAt === "earliest" ? "" : ` (startAt ${describeStartAt(link.startAt)} does not apply: the destination holds the link's record)`;
     const why =
       last.sourceSeq !== undefined && last.sourceSeq >= found
@@ -136,7 +137,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
       `no source consumer: created one starting after source seq ${startSeq - 1}, ${why}${ignored}`,
     );
     const placedBy = last.sourceSeq !== undefined && last.sourceSeq >= found ? "marker" : "checkpoint";
-    return dropUnusedStart(deps, { info, created: true, repositioned: false, startSeq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy });
+    return dropUnusedStart(deps, { info, created: true, repositioned: false, ...(found === 0 ? {} : { startSeq }), stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy });
   }
   // A consumer's ack policy cannot be changed: `sourceAcks` changed, it is replaced at its ack floor.
   const policyChanged = existing.config.ack_policy !== ackPolicyOf(link);
@@ -224,6 +225,17 @@ async function createAtExplicitStart(deps: CursorDeps, last: LastStored): Promis
   // Used once: a later loss finds the checkpoint written from the new consumer.
   await deps.positions?.startApplied(revision).catch((err: unknown) => logger.warn({ err: (err as Error).message }, "could not delete the applied explicit start (it applies only while the position is unknown)"));
   return { info, created: true, repositioned: false, startSeq: value.seq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy: "explicit" };
+}
+
+/**
+ * The stored checkpoint when it speaks for the current streams: the destination's incarnation (its dest
+ * seq bounds the scan), and the source's, or an older one (the stream was re-created since the
+ * checkpoint: none of the new incarnation's messages is at or below it, its source seq reads 0).
+ */
+function usableCheckpoint(stored: LinkCheckpoint | undefined, destCreatedMs: number | undefined, sourceCreatedMs: number | undefined): LinkCheckpoint | undefined {
+  if (!stored || destCreatedMs === undefined || stored.destCreatedMs !== destCreatedMs) return undefined;
+  if (stored.sourceCreatedMs === sourceCreatedMs) return stored;
+  return sourceCreatedMs !== undefined && stored.sourceCreatedMs < sourceCreatedMs ? { ...stored, sourceSeq: 0 } : undefined;
 }
 
 /**

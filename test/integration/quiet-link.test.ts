@@ -348,3 +348,25 @@ test("a new link on a destination that another link filled past the scan's bound
   );
   await relay.stop(AbortSignal.timeout(5_000));
 });
+
+test("the quiet link's source stream re-created while the relay is down, behind 250,000 busy messages: the checkpoint of the old incarnation says all of the new one is new", async (t) => {
+  const s = await setup(t);
+  const first = await quietThenBusy(t, s, 250_000);
+  const jsm = await jetstreamManager(s.nca);
+  await jsm.streams.delete(s.quiet);
+  await createStream(s.nca, { name: s.quiet, subjects: [`${s.quiet}.>`] });
+  const again = await publishIds(s.nca, `${s.quiet}.q`, "r", 50);
+  const run2 = await startRelay(t, s.yaml);
+  await check(async () => (await quietCount(s)) >= 150 || run2.relay.status().links[0]?.state === "failed", {
+    name: "the quiet link relays the new incarnation from its start",
+    timeoutMs: 30_000,
+    intervalMs: 100,
+  });
+  await caughtUp(s, "new incarnation");
+  await assertAllOnceInOrder(s, [...first, ...again]);
+  assert.equal(
+    await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "checkpoint" }),
+    1,
+  );
+  await run2.relay.stop(AbortSignal.timeout(5_000));
+});
