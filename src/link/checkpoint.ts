@@ -19,12 +19,15 @@ import { JetStreamApiCodes, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { toRelayError } from "../errors.js";
+import { sleep } from "../lifecycle/backoff.js";
 import type { LinkCheckpoint, PositionStore } from "../group/link-position.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
 import type { LinkDeps } from "./link-deps.js";
 
 /** How often the owner writes the checkpoint when the position moved (ms). */
 export const CHECKPOINT_INTERVAL_MS = 5_000;
+const SETTLE_READS = 5;
+const SETTLE_PAUSE_MS = 100;
 
 /** The destination stream's incarnation and last sequence; undefined when it does not exist. */
 export async function readDestination(
@@ -77,13 +80,18 @@ export class CheckpointWriter {
     this.unsubscribe?.();
   }
 
-  /** Takes and writes a checkpoint when the position moved. Never rejects: a failure waits for the next tick. */
-  writeNow(): Promise<void> {
-    this.writing ??= this.write().finally(() => (this.writing = undefined));
+  /**
+   * Takes and writes a checkpoint when the position moved. `settle`: the link has drained (its stop),
+   * so an ack-pending count above 0 is acks still arriving. Never rejects: a failure waits for the next tick.
+   */
+  writeNow(settle = false): Promise<void> {
+    // The drain's checkpoint comes after one under way, which read the position before the drain ended.
+    if (settle) return (this.writing ?? Promise.resolve()).then(() => this.write(true));
+    this.writing ??= this.write(false).finally(() => (this.writing = undefined));
     return this.writing;
   }
 
-  private async write(): Promise<void> {
+  private async write(settle: boolean): Promise<void> {
     const { config, logger } = this.deps;
     const jsm = this.link.jsm();
     const sourceCreatedMs = this.link.sourceCreatedMs();
@@ -92,7 +100,13 @@ export class CheckpointWriter {
       // The destination first: a record of the link stored after this read lies above it.
       const dest = await readDestination(this.deps.dest, config.to.stream, this.deps.destDomain);
       if (!dest) return;
-      const info = await jsm.consumers.info(config.from.stream, config.durableName);
+      let info = await jsm.consumers.info(config.from.stream, config.durableName);
+      // After a drain the last acks may still be on their way into the consumer: a floor read before
+      // them would make positioning send those messages again. Asked a few times, briefly.
+      for (let i = 0; settle && info.num_ack_pending > 0 && i < SETTLE_READS; i++) {
+        await sleep(SETTLE_PAUSE_MS);
+        info = await jsm.consumers.info(config.from.stream, config.durableName);
+      }
       const value: LinkCheckpoint = {
         sourceCreatedMs,
         sourceSeq: info.ack_floor.stream_seq,
