@@ -11,6 +11,7 @@ import { openGroupBucket } from "../group/bucket.js";
 import { controlKey, describePause, readControl, writeControl } from "../group/link-control.js";
 import type { LinkControlValue } from "../group/link-control.js";
 import { startKey, writeExplicitStart } from "../group/link-position.js";
+import { describeStartAt } from "../link/start-at.js";
 import { closeSessions, openRegion } from "../nats/region-session.js";
 import type { RegionSession } from "../nats/region-session.js";
 import type { CommandSpec } from "./args.js";
@@ -29,7 +30,7 @@ export const linkSpec: CommandSpec = {
     "jetstream-relay link pause LINK --config FILE [--region NAME] --reason TEXT [--by WHO]\n" +
     "       jetstream-relay link resume LINK --config FILE [--region NAME] [--reason TEXT] [--by WHO]\n" +
     "       jetstream-relay link status [LINK] --config FILE [--region NAME] [--json]\n" +
-    "       jetstream-relay link start-at LINK --seq N --config FILE [--region NAME] [--reason TEXT] [--by WHO]\n" +
+    "       jetstream-relay link start-at LINK (--seq N | --as-configured) --config FILE [--region NAME] [--reason TEXT] [--by WHO]\n" +
     "LINK: a link's name (a partitioned link: all its partitions), or one partition (NAME/p0)",
   options: {
     config: { type: "string", short: "c", description: "config file (YAML)" },
@@ -38,6 +39,7 @@ export const linkSpec: CommandSpec = {
     by: { type: "string", description: "who asks (default: user@host)" },
     json: { type: "boolean", description: "status: print JSON" },
     seq: { type: "string", description: "start-at: the source sequence a link whose position is unknown (POSITION_UNKNOWN) starts at" },
+    "as-configured": { type: "boolean", description: "start-at: the link has no record (a new link): it starts where its startAt says" },
   },
 };
 
@@ -54,8 +56,8 @@ export interface LinkArgs {
   readonly by?: string;
   readonly json: boolean;
   readonly help: boolean;
-  /** start-at: the source sequence. */
-  readonly seq?: number;
+  /** start-at: the source sequence, or `"startAt"` (--as-configured). */
+  readonly seq?: number | "startAt";
 }
 
 function usage(message: string): RelayError {
@@ -94,8 +96,11 @@ export function parseLinkArgs(argv: readonly string[]): LinkArgs {
   if (sub !== "status" && values["json"]) throw usage("--json belongs to status");
   const seqText = str("seq");
   if (sub !== "start-at" && seqText !== undefined) throw usage("--seq belongs to start-at");
-  const seq = seqText === undefined ? undefined : Number(seqText);
-  if (sub === "start-at" && (seq === undefined || !Number.isSafeInteger(seq) || seq < 1)) throw usage(`start-at: --seq N is required, a source sequence >= 1 (got ${seqText ?? "none"})`);
+  const configured = values["as-configured"] === true;
+  if (sub !== "start-at" && configured) throw usage("--as-configured belongs to start-at");
+  if (configured && seqText !== undefined) throw usage("start-at: --seq or --as-configured, not both");
+  const seq = configured ? "startAt" : seqText === undefined ? undefined : Number(seqText);
+  if (sub === "start-at" && seq !== "startAt" && (seq === undefined || !Number.isSafeInteger(seq) || seq < 1)) throw usage(`start-at: --seq N is required, a source sequence >= 1 (got ${seqText ?? "none"}), or --as-configured`);
   const region = str("region");
   const by = str("by");
   return {
@@ -176,7 +181,7 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
         if (args.sub === "start-at" && args.seq !== undefined) {
           await writeExplicitStart(kv, key, { seq: args.seq, by, at, reason: args.reason ?? "" });
           console.log(
-            `${unit.name}: start at source seq ${args.seq} [region ${regionName}, bucket ${config.group.bucket}, key ${startKey(key)}]: applies only while the link's position is unknown (halted with POSITION_UNKNOWN), once; restart the relay that halted it`,
+            `${unit.name}: start ${args.seq === "startAt" ? `where its startAt says (${describeStartAt(unit.startAt)})` : `at source seq ${args.seq}`} [region ${regionName}, bucket ${config.group.bucket}, key ${startKey(key)}]: applies only while the link's position is unknown (halted with POSITION_UNKNOWN), once; restart the relay that halted it`,
           );
           continue;
         }

@@ -35,8 +35,11 @@ export interface LinkCheckpoint {
 
 /** An operator's explicit start for a link whose position is unknown. */
 export interface ExplicitStart {
-  /** The source sequence the new consumer starts at. */
-  readonly seq: number;
+  /**
+   * The source sequence the new consumer starts at, or `"startAt"`: where the link's `startAt` says (the
+   * operator knows the link has no record: a new link on a destination others fill past the scan's bound).
+   */
+  readonly seq: number | "startAt";
   readonly by: string;
   readonly at: string;
   readonly reason: string;
@@ -79,9 +82,10 @@ export function parseCheckpoint(text: string): LinkCheckpoint | undefined {
 /** A stored explicit start, or undefined when the text is not one. */
 export function parseExplicitStart(text: string): ExplicitStart | undefined {
   const o = parseJson(text);
-  if (!o || !positiveInt(o["seq"]) || o["seq"] < 1) return undefined;
+  const seq = o?.["seq"];
+  if (!o || (seq !== "startAt" && (!positiveInt(seq) || seq < 1))) return undefined;
   const str = (x: unknown) => (typeof x === "string" ? x : "");
-  return { seq: o["seq"], by: str(o["by"]), at: str(o["at"]), reason: str(o["reason"]) };
+  return { seq, by: str(o["by"]), at: str(o["at"]), reason: str(o["reason"]) };
 }
 
 /** Writes an operator's explicit start (the CLI). Resolves with the key's revision. */

@@ -122,7 +122,7 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
       // The scan's bound says nothing; no message on the link's subjects at all is certain (a new link
       // on a destination that other links fill).
       if (deps.destSubjects?.length && !(await holdsAnyOn(deps.dest, markers, deps.destSubjects))) return dropUnusedStart(deps, await createAtStartAt(deps, { ...last, complete: true }, source.createdMs));
-      return createAtExplicitStart(deps, last);
+      return createAtExplicitStart(deps, last, source.createdMs);
     }
     const startSeq = found + 1;
     // From the start of a re-created stream: whatever its first seq is now (no gap before it).
@@ -207,23 +207,28 @@ async function createAfterHeal(deps: CursorDeps, markers: Markers, healed: Heale
  * link was cannot be known (DESIGN §11). An operator's explicit start (`jetstream-relay link start-at`)
  * says where it goes on, and is used once; without one the link halts, naming what was read.
  */
-async function createAtExplicitStart(deps: CursorDeps, last: LastStored): Promise<CursorPosition> {
+async function createAtExplicitStart(deps: CursorDeps, last: LastStored, incarnation: number | undefined): Promise<CursorPosition> {
   const { link, jsm, logger } = deps;
   const explicit = await deps.positions?.explicitStart();
   if (!explicit) {
     throw new RelayError(
       ErrorCodes.POSITION_UNKNOWN,
-      `link ${link.name}: its source consumer ${link.durableName} on ${link.from.region}/${link.from.stream} is gone, there is no checkpoint of its position, and none of its messages is in the last ${last.scanned} messages of destination stream ${link.to.stream} (the scan's bound), which does not cover the stream: where the link was cannot be known, so it halts rather than guess (startAt applies only to a link without a record). Give its start: jetstream-relay link start-at ${link.name} --seq N, then restart the relay`,
+      `link ${link.name}: its source consumer ${link.durableName} on ${link.from.region}/${link.from.stream} is gone, there is no checkpoint of its position, and none of its messages is in the last ${last.scanned} messages of destination stream ${link.to.stream} (the scan's bound), which does not cover the stream: where the link was cannot be known, so it halts rather than guess (startAt applies only to a link without a record). Give its start: jetstream-relay link start-at ${link.name} --seq N (or --as-configured for a new link that has no record), then restart the relay`,
     );
   }
   const { value, revision } = explicit;
+  if (value.seq === "startAt") {
+    // The operator says the link has no record (a new link): as if the scan had covered the stream.
+    const placed = await createAtStartAt(deps, { ...last, complete: true }, incarnation);
+    await forgetStart(deps, revision);
+    return { ...placed, placedBy: "explicit" };
+  }
   const info = await createDurable(jsm, link, value.seq);
   logger.warn(
     { durable: link.durableName, startSeq: value.seq, by: value.by, at: value.at, reason: value.reason, scanned: last.scanned },
     `no source consumer and no known position (none of the link's messages in the last ${last.scanned} destination messages): created one at source seq ${value.seq}, the explicit start ${value.by || "?"} gave at ${value.at || "?"}`,
   );
-  // Used once: a later loss finds the checkpoint written from the new consumer.
-  await deps.positions?.startApplied(revision).catch((err: unknown) => logger.warn({ err: (err as Error).message }, "could not delete the applied explicit start (it applies only while the position is unknown)"));
+  await forgetStart(deps, revision);
   return { info, created: true, repositioned: false, startSeq: value.seq, stored: new Map(), storedUpTo: 0, heldUpTo: 0, placedBy: "explicit" };
 }
 
@@ -236,6 +241,11 @@ function usableCheckpoint(stored: LinkCheckpoint | undefined, destCreatedMs: num
   if (!stored || destCreatedMs === undefined || stored.destCreatedMs !== destCreatedMs) return undefined;
   if (stored.sourceCreatedMs === sourceCreatedMs) return stored;
   return sourceCreatedMs !== undefined && stored.sourceCreatedMs < sourceCreatedMs ? { ...stored, sourceSeq: 0 } : undefined;
+}
+
+/** An explicit start is used once: a later loss finds the checkpoint written from the new consumer. */
+async function forgetStart(deps: CursorDeps, revision: number): Promise<void> {
+  await deps.positions?.startApplied(revision).catch((err: unknown) => deps.logger.warn({ err: (err as Error).message }, "could not delete the applied explicit start (it applies only while the position is unknown)"));
 }
 
 /**

@@ -69,11 +69,15 @@ function startRelay(t: { after(fn: () => unknown): void }, yaml: string) {
 }
 
 /** `count` messages of link busy, straight into DST as that link stores them (its markers, its link name). */
-async function busyFill(s: Setup, count: number): Promise<void> {
-  await fillStream(s.ncb, s.busy, count, {
+async function busyFill(
+  s: Setup,
+  count: number,
+  opts: { subject?: string; region?: string } = {},
+): Promise<void> {
+  await fillStream(s.ncb, opts.subject ?? s.busy, count, {
     headers: (i) => {
       const h = headers();
-      h.set("Relay-Source", `a ${s.busy} ${i + 1}`);
+      h.set("Relay-Source", `${opts.region ?? "a"} ${s.busy} ${i + 1}`);
       h.set("Relay-Link", "busy");
       return h;
     },
@@ -83,11 +87,11 @@ async function busyFill(s: Setup, count: number): Promise<void> {
 /** The quiet link's ids in DST, in destination order (a filtered read: DST holds the busy ones too). */
 async function quietIds(s: Setup): Promise<string[]> {
   const jsm = await jetstreamManager(s.ncb);
-  const info = await jsm.streams.info(s.dst, { subjects_filter: `${s.quiet}.>` });
+  const info = await jsm.streams.info(s.dst, { subjects_filter: `${s.quiet}.q.>` });
   const total = Object.values(info.state.subjects ?? {}).reduce((a, n) => a + n, 0);
   if (total === 0) return [];
   const consumer = await jetstream(s.ncb).consumers.get(s.dst, {
-    filter_subjects: `${s.quiet}.>`,
+    filter_subjects: `${s.quiet}.q.>`,
     deliver_policy: DeliverPolicy.All,
   });
   const ids: string[] = [];
@@ -103,7 +107,9 @@ async function quietIds(s: Setup): Promise<string[]> {
 }
 
 async function quietCount(s: Setup): Promise<number> {
-  const info = await (await jetstreamManager(s.ncb)).streams.info(s.dst, { subjects_filter: `${s.quiet}.>` });
+  const info = await (
+    await jetstreamManager(s.ncb)
+  ).streams.info(s.dst, { subjects_filter: `${s.quiet}.q.>` });
   return Object.values(info.state.subjects ?? {}).reduce((a, n) => a + n, 0);
 }
 
@@ -370,6 +376,44 @@ test("the quiet link's source stream re-created while the relay is down, behind 
   await assertAllOnceInOrder(s, [...first, ...again]);
   assert.equal(
     await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "checkpoint" }),
+    1,
+  );
+  await run2.relay.stop(AbortSignal.timeout(5_000));
+});
+
+test("a new link whose subjects another link fills past the scan's bound: it halts (no record cannot be told), and link start-at --as-configured starts it at its startAt", async (t) => {
+  const s = await setup(t);
+  // Another region's link writes the same subjects into DST (an aggregating mesh).
+  await busyFill(s, 250_000, { subject: `${s.quiet}.other`, region: "c" });
+  const old = await publishIds(s.nca, `${s.quiet}.q`, "q", 10);
+  const yaml = s.yaml.replace("startAt: new", "startAt: earliest");
+  const run1 = await startRelay(t, yaml);
+  const halted = await check(
+    () => (run1.relay.status().links[0]?.state === "failed" ? run1.relay.status().links[0] : undefined),
+    {
+      name: "the new link halts",
+      timeoutMs: 20_000,
+      intervalMs: 50,
+    },
+  );
+  assert.equal(halted.lastError?.code, "POSITION_UNKNOWN");
+  await run1.relay.stop(AbortSignal.timeout(5_000));
+
+  const file = await writeConfig(yaml);
+  const cli = spawnRelay(t, ["link", "start-at", LINK, "--as-configured", "--config", file]);
+  assert.equal(await cli.exited, 0, cli.output());
+  assert.match(cli.output(), /quiet: start where its startAt says \(earliest\)/);
+  const run2 = await startRelay(t, yaml);
+  const live = await publishIds(s.nca, `${s.quiet}.q`, "q", 10, 10);
+  await check(async () => (await quietCount(s)) >= 20 || run2.relay.status().links[0]?.state === "failed", {
+    name: "the new link relays from startAt earliest",
+    timeoutMs: 20_000,
+    intervalMs: 100,
+  });
+  await caughtUp(s, "as configured");
+  await assertAllOnceInOrder(s, [...old, ...live]);
+  assert.equal(
+    await metricValue(run2.relay, "relay_cursor_placements_total", { link: LINK, from: "explicit" }),
     1,
   );
   await run2.relay.stop(AbortSignal.timeout(5_000));

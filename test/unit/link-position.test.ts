@@ -29,6 +29,8 @@ test("checkpoint and explicit start: keys beside the lease's, values parsed stri
     at: "t",
     reason: "lost",
   });
+  assert.deepEqual(parseExplicitStart('{"seq":"startAt"}'), { seq: "startAt", by: "", at: "", reason: "" });
+  assert.equal(parseExplicitStart('{"seq":"new"}'), undefined);
   assert.equal(parseExplicitStart('{"seq":0}'), undefined);
   assert.equal(parseExplicitStart('{"seq":1.5}'), undefined);
   assert.equal(parseExplicitStart("null"), undefined);
@@ -43,6 +45,15 @@ test("link start-at: needs a link and --seq N >= 1; --seq belongs to start-at on
     help: false,
     seq: 101,
   });
+  assert.equal(parseLinkArgs(["start-at", "orders", "--as-configured", "--config", "c.yaml"]).seq, "startAt");
+  usageError(
+    () => parseLinkArgs(["start-at", "orders", "--as-configured", "--seq", "5", "--config", "c.yaml"]),
+    /not both/,
+  );
+  usageError(
+    () => parseLinkArgs(["resume", "orders", "--as-configured", "--config", "c.yaml"]),
+    /--as-configured belongs to start-at/,
+  );
   usageError(() => parseLinkArgs(["start-at", "orders", "--config", "c.yaml"]), /--seq N is required/);
   usageError(
     () => parseLinkArgs(["start-at", "orders", "--seq", "0", "--config", "c.yaml"]),
