@@ -107,14 +107,15 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   // Markers naming another link are not this one's (two links from one source may write the same subjects).
   const markers = { stream: link.to.stream, source: { ...source, link: link.name }, ...(deps.destDomain ? { domain: deps.destDomain } : {}), ...(deps.signal ? { signal: deps.signal } : {}) };
   if (!existing) {
-    const healed = deps.healed;
-    if (healed && healed.sourceCreatedMs === source.createdMs) return dropUnusedStart(deps, await createAfterHeal(deps, markers, healed));
     // The checkpoint bounds the scan: anything of the link's newer than it lies above its destination
     // seq, so only that is read, however much it is, and with nothing there its source seq is the
     // position. One of another destination incarnation says nothing; one of an older source
     // incarnation says the stream was re-created since: all of the new one is after it (seq 0).
     const dest = await readDestination(deps.dest, link.to.stream, deps.destDomain);
     const checkpoint = usableCheckpoint(await deps.positions?.checkpoint(), dest?.createdMs, source.createdMs);
+    // A heal's consumer, unless another owner went further since (this relay lost the link meanwhile).
+    const healed = deps.healed;
+    if (healed && healed.sourceCreatedMs === source.createdMs && healed.ackFloor >= (checkpoint?.sourceSeq ?? 0)) return dropUnusedStart(deps, await createAfterHeal(deps, markers, healed));
     const last = checkpoint ? await lastStored(deps.dest, { ...markers, downTo: checkpoint.destSeq + 1, maxScan: Number.MAX_SAFE_INTEGER }) : await lastStored(deps.dest, { ...markers, maxScan: deps.maxScan ?? MAX_SCAN });
     const found = Math.max(last.sourceSeq ?? 0, checkpoint?.sourceSeq ?? 0);
     if (last.sourceSeq === undefined && !checkpoint) {
