@@ -34,7 +34,7 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     load: async () => (await import("./cli/guard-command.js")).guardCommand,
   },
   link: {
-    summary: "pause|resume|status: pause a link across its region's group of relays, resume it",
+    summary: "pause|resume|status|start-at: pause a link across its region's group of relays, resume it; give the start of a link whose position is unknown",
     load: async () => (await import("./cli/link-command.js")).linkCommand,
   },
   health: {

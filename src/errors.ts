@@ -71,6 +71,13 @@ export const ErrorCodes = {
   SOURCE_STALLED: "SOURCE_STALLED",
   /** Source retention deleted messages the link had not relayed, and the link's policy is `halt`. */
   SOURCE_GAP: "SOURCE_GAP",
+  /**
+   * The link has no source consumer and its position cannot be known: no checkpoint in the group bucket,
+   * and the destination scan ended at its bound without finding the link's record and without covering
+   * the stream. The link halts rather than guess (DESIGN §11) until an operator gives an explicit start
+   * (`jetstream-relay link start-at`). Not retried.
+   */
+  POSITION_UNKNOWN: "POSITION_UNKNOWN",
   /** The HTTP server cannot listen on its address (in use, not this host's, not permitted). Exit code 1. */
   HTTP_LISTEN: "HTTP_LISTEN",
   /** `status` cannot reach the relay's HTTP address (refused, timed out, not HTTP). Exit code 1. */

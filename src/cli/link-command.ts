@@ -10,6 +10,8 @@ import { ErrorCodes, RelayError } from "../errors.js";
 import { openGroupBucket } from "../group/bucket.js";
 import { controlKey, describePause, readControl, writeControl } from "../group/link-control.js";
 import type { LinkControlValue } from "../group/link-control.js";
+import { startKey, writeExplicitStart } from "../group/link-position.js";
+import { describeStartAt } from "../link/start-at.js";
 import { closeSessions, openRegion } from "../nats/region-session.js";
 import type { RegionSession } from "../nats/region-session.js";
 import type { CommandSpec } from "./args.js";
@@ -23,11 +25,12 @@ import { helpText } from "./args.js";
  */
 export const linkSpec: CommandSpec = {
   name: "link",
-  summary: "pause|resume|status: pause a link across its region's group of relays (it finishes what it holds, then pulls nothing), resume it",
+  summary: "pause|resume|status|start-at: pause a link across its region's group of relays (it finishes what it holds, then pulls nothing), resume it; give the start of a link halted with POSITION_UNKNOWN",
   usage:
     "jetstream-relay link pause LINK --config FILE [--region NAME] --reason TEXT [--by WHO]\n" +
     "       jetstream-relay link resume LINK --config FILE [--region NAME] [--reason TEXT] [--by WHO]\n" +
     "       jetstream-relay link status [LINK] --config FILE [--region NAME] [--json]\n" +
+    "       jetstream-relay link start-at LINK (--seq N | --as-configured) --config FILE [--region NAME] [--reason TEXT] [--by WHO]\n" +
     "LINK: a link's name (a partitioned link: all its partitions), or one partition (NAME/p0)",
   options: {
     config: { type: "string", short: "c", description: "config file (YAML)" },
@@ -35,10 +38,12 @@ export const linkSpec: CommandSpec = {
     reason: { type: "string", description: "pause: why (required; shown in /status and the relays' logs); resume: optional" },
     by: { type: "string", description: "who asks (default: user@host)" },
     json: { type: "boolean", description: "status: print JSON" },
+    seq: { type: "string", description: "start-at: the source sequence a link whose position is unknown (POSITION_UNKNOWN) starts at" },
+    "as-configured": { type: "boolean", description: "start-at: the link has no record (a new link): it starts where its startAt says" },
   },
 };
 
-const SUBCOMMANDS = ["pause", "resume", "status"] as const;
+const SUBCOMMANDS = ["pause", "resume", "status", "start-at"] as const;
 export type LinkSubcommand = (typeof SUBCOMMANDS)[number];
 
 export interface LinkArgs {
@@ -51,6 +56,8 @@ export interface LinkArgs {
   readonly by?: string;
   readonly json: boolean;
   readonly help: boolean;
+  /** start-at: the source sequence, or `"startAt"` (--as-configured). */
+  readonly seq?: number | "startAt";
 }
 
 function usage(message: string): RelayError {
@@ -60,9 +67,9 @@ function usage(message: string): RelayError {
 /** The command line after `link`: the subcommand, the link and the options; USAGE errors otherwise. */
 export function parseLinkArgs(argv: readonly string[]): LinkArgs {
   const [sub, ...rest] = argv;
-  if (sub === undefined) throw usage("give a subcommand: pause, resume or status");
+  if (sub === undefined) throw usage("give a subcommand: pause, resume, status or start-at");
   if (sub === "--help" || sub === "-h") return { sub: "status", config: "", json: false, help: true };
-  if (!SUBCOMMANDS.includes(sub as LinkSubcommand)) throw usage(`unknown subcommand "${sub}" (use pause, resume or status)`);
+  if (!SUBCOMMANDS.includes(sub as LinkSubcommand)) throw usage(`unknown subcommand "${sub}" (use pause, resume, status or start-at)`);
   let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
   try {
     parsed = parseArgs({
@@ -87,6 +94,13 @@ export function parseLinkArgs(argv: readonly string[]): LinkArgs {
   if (sub === "pause" && reason === undefined) throw usage('pause: --reason is required (say why, e.g. --reason "destination maintenance")');
   if (sub === "status" && (reason !== undefined || str("by") !== undefined)) throw usage("status: --reason and --by belong to pause and resume");
   if (sub !== "status" && values["json"]) throw usage("--json belongs to status");
+  const seqText = str("seq");
+  if (sub !== "start-at" && seqText !== undefined) throw usage("--seq belongs to start-at");
+  const configured = values["as-configured"] === true;
+  if (sub !== "start-at" && configured) throw usage("--as-configured belongs to start-at");
+  if (configured && seqText !== undefined) throw usage("start-at: --seq or --as-configured, not both");
+  const seq = configured ? "startAt" : seqText === undefined ? undefined : Number(seqText);
+  if (sub === "start-at" && seq !== "startAt" && (seq === undefined || !Number.isSafeInteger(seq) || seq < 1)) throw usage(`start-at: --seq N is required, a source sequence >= 1 (got ${seqText ?? "none"}), or --as-configured`);
   const region = str("region");
   const by = str("by");
   return {
@@ -98,6 +112,7 @@ export function parseLinkArgs(argv: readonly string[]): LinkArgs {
     ...(by !== undefined ? { by } : {}),
     json: values["json"] === true,
     help: false,
+    ...(seq !== undefined ? { seq } : {}),
   };
 }
 
@@ -163,6 +178,13 @@ export async function linkCommand(argv: readonly string[]): Promise<number> {
       const at = new Date().toISOString();
       for (const unit of units.filter((u) => u.to.region === regionName)) {
         const key = leaseKey(unit);
+        if (args.sub === "start-at" && args.seq !== undefined) {
+          await writeExplicitStart(kv, key, { seq: args.seq, by, at, reason: args.reason ?? "" });
+          console.log(
+            `${unit.name}: start ${args.seq === "startAt" ? `where its startAt says (${describeStartAt(unit.startAt)})` : `at source seq ${args.seq}`} [region ${regionName}, bucket ${config.group.bucket}, key ${startKey(key)}]: applies only while the link's position is unknown (halted with POSITION_UNKNOWN), once; restart the relay that halted it`,
+          );
+          continue;
+        }
         const where = `[region ${regionName}, bucket ${config.group.bucket}, key ${controlKey(key)}]`;
         const before = await readControl(kv, key);
         if (args.sub === "status") {

@@ -16,7 +16,9 @@ import { toDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
 import type { BacklogProbe } from "./backlog.js";
-import { positionCursor } from "./cursor.js";
+import { destSubjectsOf, positionCursor } from "./cursor.js";
+import type { HealedConsumer, Placement } from "./cursor.js";
+import type { PositionStore } from "../group/link-position.js";
 import { DeliveryOrder } from "./delivery-order.js";
 import { LinkStart } from "./start-at.js";
 import type { DestinationCheck } from "./destination-check.js";
@@ -60,7 +62,7 @@ export interface ConsumeLoopDeps {
   readonly pipeline: DeliverySink;
   readonly ownership: Pick<Ownership, "handingOver" | "handOver" | "holdLease" | "drainWhileOwned">;
   readonly guard: Pick<GuardWatch, "ready" | "verified" | "verify">;
-  readonly sourceStream: Pick<SourceStream, "read" | "ref" | "sizes">;
+  readonly sourceStream: Pick<SourceStream, "read" | "ref" | "sizes" | "info">;
   readonly destination: Pick<DestinationCheck, "refresh">;
   readonly window: Pick<LinkWindow, "placed" | "pullOptions" | "receive" | "holding">;
   readonly probe: Pick<BacklogProbe, "read">;
@@ -71,6 +73,10 @@ export interface ConsumeLoopDeps {
   readonly operator?: Pick<OperatorPause, "holding" | "changed">;
   /** The rate cap (rate-cap.ts): deliveries go to the pipeline through it, in order, at the capped rate. */
   readonly rate: Pick<RateCap, "offer" | "clear">;
+  /** The link's checkpoint and an operator's explicit start (group/link-position.ts). */
+  readonly positions?: PositionStore;
+  /** Destination messages a scan without a checkpoint reads at most (default cursor.ts MAX_SCAN). */
+  readonly maxScan?: number;
   /** This relay holds the link's lease. */
   owns(): boolean;
   /** The link failed (final): nothing more is taken. */
@@ -85,6 +91,8 @@ export interface ConsumeLoopDeps {
     /** A delivery arrived: the source answers. */
     delivering(): void;
     fail(err: RelayError): void;
+    /** A consumer that was gone was created again, placed by `from` (or could not be: `unknown`). */
+    placed(from: Placement | "unknown"): void;
   };
 }
 
@@ -95,6 +103,8 @@ export class ConsumeLoop {
   private readonly order: DeliveryOrder;
   /** Where the link first started in this process (startAt), for a consumer lost before it has a record. */
   private readonly start = new LinkStart();
+  /** The consumer a heal deleted, as it was: the next placement starts at its ack floor + 1. */
+  private healed: HealedConsumer | undefined;
 
   constructor(private readonly deps: ConsumeLoopDeps) {
     this.order = new DeliveryOrder({ logger: deps.logger, highestSeen: () => deps.inspector.highestSeen, stopPulling: () => this.stopPulling() });
@@ -166,11 +176,26 @@ export class ConsumeLoop {
         // flush (a PING and its PONG) and the stream read each took at least a round trip: the shorter
         // tells a link across a WAN where to start (two, so one stall of this process is not a WAN).
         window.placed(this.deps.sourceStream.sizes(), Math.min(readMs, performance.now() - flushedFrom));
+        const healed = this.healed;
         const position = await positionCursor(
-          { link: this.deps.cursorConfig(), jsm: this.manager, dest: this.deps.dest, logger: this.deps.logger, signal, start: this.start, ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}) },
+          {
+            link: this.deps.cursorConfig(),
+            jsm: this.manager,
+            dest: this.deps.dest,
+            logger: this.deps.logger,
+            signal,
+            start: this.start,
+            ...(this.deps.destDomain ? { destDomain: this.deps.destDomain } : {}),
+            ...(this.deps.positions ? { positions: this.deps.positions } : {}),
+            ...(this.deps.maxScan ? { maxScan: this.deps.maxScan } : {}),
+            ...(healed ? { healed } : {}),
+            destSubjects: destSubjectsOf(config, this.deps.sourceStream.info) ?? [],
+          },
           this.deps.sourceStream.ref(),
           true,
         );
+        if (this.healed === healed) this.healed = undefined;
+        if (position.placedBy) events.placed(position.placedBy);
         if (position.created || position.repositioned) pipeline.cursorMoved();
         // The next delivery must be the one after what the consumer has delivered (1 for a new or
         // moved cursor): anything later means deliveries went elsewhere, and they go first.
@@ -221,6 +246,12 @@ export class ConsumeLoop {
         if (signal.aborted) return;
         const relayErr = classifyJsError(err, `link ${config.name}: source ${config.from.region}/${config.from.stream}`);
         if (relayErr.code === ErrorCodes.CONFIG_INVALID) throw relayErr;
+        if (relayErr.code === ErrorCodes.POSITION_UNKNOWN) {
+          // Not retried: the position will not become known by itself (DESIGN §11).
+          events.placed("unknown");
+          events.fail(relayErr);
+          return;
+        }
         events.trouble(relayErr);
         await sleep(backoff.next(), signal);
       }
@@ -235,9 +266,13 @@ export class ConsumeLoop {
       return;
     }
     if (step === "consumer") {
-      // Deleted, the loop places a new cursor from what the destination holds (ordered recovery).
+      // Deleted, the loop places a new cursor at its ack floor + 1 (ordered recovery): the position the
+      // relay knows, read first, never thrown away with the consumer (a scan of a busy destination may
+      // not reach the link's last record). A consumer that cannot be read is not deleted.
       const jsm = this.manager;
       if (!jsm) return;
+      const info = await jsm.consumers.info(config.from.stream, config.durableName);
+      this.healed = { ackFloor: info.ack_floor.stream_seq, delivered: info.delivered.stream_seq, sourceCreatedMs: this.deps.sourceStream.ref().createdMs };
       await jsm.consumers.delete(config.from.stream, config.durableName);
       this.messages?.stop();
       return;

@@ -3,6 +3,7 @@ import type { Logger } from "pino";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
 import type { LinkLease } from "../group/lease.js";
+import type { PositionStore } from "../group/link-position.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import type { RoundTrips } from "../nats/round-trips.js";
 import type { WriteGates } from "../nats/write-gate.js";
@@ -37,4 +38,6 @@ export interface LinkDeps {
   readonly progressIntervalMs?: number;
   /** Pull nothing until the group's control key for the link is read (`setControl`): the relay's links. */
   readonly awaitControl?: boolean;
+  /** The link's checkpoint and an operator's explicit start in the group bucket (absent: no checkpoint). */
+  readonly positions?: PositionStore;
 }

@@ -11,6 +11,7 @@ import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState } from "../observability/metrics.js";
 import { BacklogProbe } from "./backlog.js";
 import { BacklogPoll } from "./backlog-poll.js";
+import { CheckpointWriter } from "./checkpoint.js";
 import type { BacklogReading } from "./backlog.js";
 import { ConsumeLoop } from "./consume-loop.js";
 import { Destination } from "./destination.js";
@@ -85,6 +86,8 @@ export class Link {
   private readonly operator: OperatorPause;
   /** The rate cap between the consume loop and the pipeline (rate-cap.ts). */
   private readonly rate: RateCap;
+  /** The link's position in the group bucket, written while this relay works it (checkpoint.ts). */
+  private readonly checkpoint: CheckpointWriter | undefined;
   private running: Promise<void> | undefined;
   /** Whether the guard's memory can be trusted (loss detection, settings under strict): nothing moves unless it is ok. */
   private readonly guardWatch: GuardWatch;
@@ -294,6 +297,7 @@ export class Link {
       watch: this.watch,
       operator: this.operator,
       rate: this.rate,
+      ...(deps.positions ? { positions: deps.positions } : {}),
       owns: () => deps.lease.valid(),
       failed: () => this.state.state === "failed",
       cursorConfig: () => this.cursorConfig(),
@@ -305,7 +309,13 @@ export class Link {
           if (this.health.has("stalled") && this.stallWatch.stalled === undefined) this.health.clear("stalled");
         },
         fail: (err) => this.fail(err),
+        placed: (from) => deps.metrics.cursorPlacements.inc({ link: this.name, from }),
       },
+    });
+    this.checkpoint = deps.positions && new CheckpointWriter(deps, deps.positions, {
+      jsm: () => this.loop.jsm,
+      sourceCreatedMs: () => this.sourceStream.ref().createdMs,
+      working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
     });
     this.health = new LinkHealth({
       link: config.name,
@@ -379,6 +389,7 @@ export class Link {
     this.watch.watchConnection(this.deps.dest, "dest");
     this.running = this.loop.run().catch((err: unknown) => this.fail(toRelayError(err)));
     this.poll.start();
+    this.checkpoint?.start();
   }
 
   /**
@@ -437,6 +448,7 @@ export class Link {
     this.abort.abort();
     this.destinationWatch.stop();
     this.poll.stop();
+    this.checkpoint?.stop();
     this.loop.stopPulling();
     this.rate.clear(); // what the cap held stays unacked for the next owner
     await this.running;
@@ -449,6 +461,9 @@ export class Link {
     await this.deps.guard.stop();
     // Last: everything this relay held is acked or left for the next owner, which may start at once.
     await this.ownership.acksSent();
+    // Drained: nothing in flight, so the last checkpoint is exact (a consumer lost while the relay is
+    // down is re-created where the link stopped, whatever fills the destination meanwhile).
+    if (this.state.state !== "failed" && this.deps.lease.valid() && !this.ownership.standby) await this.checkpoint?.writeNow(true);
     await this.deps.lease.stop();
     this.state.set("stopped", "relay stopping");
     this.resolveClosed();
@@ -461,6 +476,7 @@ export class Link {
     this.state.set("failed", err.message);
     this.abort.abort();
     this.destinationWatch.stop();
+    this.checkpoint?.stop();
     this.loop.stopPulling();
     // Another relay of the group may take the link over (a failure of this process's own making, such
     // as a lost region, is not its); one that fails the same way reports it too. First what was already

@@ -48,7 +48,10 @@ export interface LastStored {
   readonly destSeq: number | undefined;
   /** Destination messages read. */
   readonly scanned: number;
-  /** True when the answer is certain; false when `maxScan` ran out first. */
+  /**
+   * True when the answer is certain: a marker was found, or the read covered the stream (down to its
+   * first sequence, or to `downTo`). False when `maxScan` ran out first: "none found" is then not "none".
+   */
   readonly complete: boolean;
 }
 
@@ -76,15 +79,18 @@ export function parseSourceMarker(
  * The newest marker of `source` in the destination: reads backwards from its last sequence in chunks of
  * 256 doubling to 4,096 sequences (each read forward, headers only) and answers from the first chunk that
  * holds any marker of the source. `maxScan`: destination messages read at most (default 100,000).
+ * `downTo`: the lowest destination seq to read (a checkpoint's: nothing of the link's newer than it lies
+ * below); reaching it, the answer is complete.
  * Rejects with a RelayError (STREAM_NOT_FOUND; JETSTREAM_API when a read makes no progress for 10 s) or
  * with the signal's reason.
  */
 export async function lastStoredSourceSeq(
   nc: NatsConnection,
-  opts: DestinationOptions & { readonly maxScan?: number },
+  opts: DestinationOptions & { readonly maxScan?: number; readonly downTo?: number },
 ): Promise<LastStored> {
   const r = await openReader(nc, opts);
-  const { first_seq: first, last_seq: last, messages } = r.state;
+  const { last_seq: last, messages } = r.state;
+  const first = Math.max(r.state.first_seq, opts.downTo ?? 0);
   const maxScan = opts.maxScan ?? 100_000;
   let scanned = 0;
   let size = FIRST_CHUNK;
@@ -128,6 +134,23 @@ export async function findStoredSourceSeqs(
     return wanted !== undefined && found.size >= wanted.size;
   });
   return found;
+}
+
+/**
+ * Whether the destination holds any message on one of `patterns` (the subjects a link writes): one
+ * STREAM.MSG.GET `next_by_subj` per pattern from the stream's first sequence, no scan. False is certain:
+ * none of the link's messages can be there, however many messages of other subjects it holds.
+ * Rejects as lastStoredSourceSeq does.
+ */
+export async function holdsAnyOn(nc: NatsConnection, opts: Omit<DestinationOptions, "source">, patterns: readonly string[]): Promise<boolean> {
+  const jsOpts = opts.domain ? { domain: opts.domain } : {};
+  const jsm = await unlessAborted(jetstreamManager(nc, { ...jsOpts, checkAPI: false }), opts.signal, `destination stream ${opts.stream}`);
+  for (const subject of patterns) {
+    const query = { seq: 1, next_by_subj: subject }; // 2.9 has it; the client's MsgRequest type does not list it
+    const found = await unlessAborted(jsm.streams.getMessage(opts.stream, query), opts.signal, `destination stream ${opts.stream}, looking for a message on ${subject}`);
+    if (found !== null) return true;
+  }
+  return false;
 }
 
 type Reader = Awaited<ReturnType<typeof openReader>>;

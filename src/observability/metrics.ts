@@ -162,6 +162,18 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "step"] as const,
       registers,
     }),
+    checkpoints: new Counter({
+      name: "relay_link_checkpoints_total",
+      help: "Checkpoints of a link's position (source ack floor, destination seq) its owner wrote to the group bucket",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    cursorPlacements: new Counter({
+      name: "relay_cursor_placements_total",
+      help: "New source consumers of a link whose consumer was gone, by what placed them: marker (the destination's record), checkpoint, heal (the deleted consumer's ack floor), start_at (no record), explicit (an operator's link start-at), unknown (halted: POSITION_UNKNOWN)",
+      labelNames: ["link", "from"] as const,
+      registers,
+    }),
     resyncs: new Counter({
       name: "relay_resyncs_total",
       help: "Full resyncs started, by reason",

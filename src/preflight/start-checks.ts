@@ -53,7 +53,7 @@ export function checkStart(link: LinkConfig, consumer: ConsumerFact, fact: Start
         name,
         level: fact.complete ? "ok" : "warning",
         detail: `a new link (no consumer, ${none}): ${said} starts it ${at}, ${fact.messages} messages to relay now`,
-        ...(fact.complete ? {} : { fix: "if the destination holds this link's messages further back, the link may relay them again; set startAt to where it should go on" }),
+        ...(fact.complete ? {} : { fix: "the relay reads the link's checkpoint in the group bucket (which the check does not), and without one it halts with POSITION_UNKNOWN unless nothing in the destination is on the link's subjects; give it a start with jetstream-relay link start-at LINK --seq N" }),
       };
     }
   }

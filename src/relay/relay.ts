@@ -15,6 +15,7 @@ import { LinkLease } from "../group/lease.js";
 import { GroupMembership } from "../group/membership.js";
 import { groupSessions } from "../group/session-judge.js";
 import { LinkControls } from "../group/link-control.js";
+import { LinkPositions } from "../group/link-position.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
 import { createMetrics } from "../observability/metrics.js";
@@ -286,6 +287,7 @@ export class Relay {
         roundTrips: this.roundTrips,
         progressIntervalMs: this.config.log.progressIntervalMs,
         awaitControl: true,
+        positions: new LinkPositions({ nc: ownership, domain: destDomain, bucket: this.config.group.bucket, timeoutMs: 5_000 }).of(leaseKey(config)),
       });
       this.links.push(link);
       this.followControl(link);
