@@ -67,6 +67,22 @@ export class ContenderView {
     );
   }
 
+  /**
+   * The bucket, first seen at `now` (own clock), was `ageMs` old then at the latest: created at
+   * `now - ageMs` or before. Younger than the hold-off, an owner of a bucket deleted just before it was
+   * created may still act: no key is taken in it until it is `holdOffMs()` old. Returns whether it holds off.
+   */
+  youngBucket(now: number, ageMs: number): boolean {
+    const holdOffMs = this.holdOffMs();
+    if (ageMs >= holdOffMs) return false;
+    this.recreatedAt = now - ageMs;
+    this.logger.info(
+      { ageMs: Math.round(ageMs), holdOffMs: Math.round(holdOffMs - ageMs) },
+      "the group bucket is younger than group.lease (just created, or re-created while an owner of the old one may still act): no lease is taken in it until it is that old",
+    );
+    return true;
+  }
+
   holdOffMs(): number {
     return this.longestLeaseMs;
   }
