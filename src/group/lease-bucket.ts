@@ -30,15 +30,18 @@ export interface LeaseBucketEvents {
   young(ageMs: number): void;
 }
 
+/** A key the lease writes to learn the server's time when the bucket has nothing recent to tell it (`bucketAge`). */
+export const CLOCK_KEY = "_group.clock";
+
 /**
  * The bucket's incarnation (its stream's creation time) and a lower bound of its age (ms) when the reply
- * arrives, both on the server's clock: now as the reply states it (`ts`, nats-server 2.10+), else the
- * time of the last message stored (earlier than the reply), minus the creation time. 0 when neither is
- * known (an empty bucket on a 2.9 server): a lower bound only ever makes a hold-off longer, never shorter.
- * In a cluster the creation time is stamped by the meta leader and the rest by the stream leader: their
- * clocks are taken to agree (NTP).
+ * arrives, both on the server's clock: now as the reply states it (`ts`, nats-server 2.10+; `exact`),
+ * else the time of the last message stored (earlier than the reply), minus the creation time. 0 when
+ * neither is known (an empty bucket on a 2.9 server): a lower bound only ever makes a hold-off longer,
+ * never shorter. In a cluster the creation time is stamped by the meta leader and the rest by the
+ * stream leader: their clocks are taken to agree (NTP).
  */
-export async function bucketAge(kv: KV): Promise<{ incarnation: number; ageMs: number }> {
+export async function bucketAge(kv: KV): Promise<{ incarnation: number; ageMs: number; exact: boolean }> {
   if (!(kv instanceof Bucket))
     throw new RelayError(ErrorCodes.INTERNAL, "bucketAge: not a KV bucket opened by @nats-io/kv");
   const info = await kv.jsm.streams.info(kv.stream);
@@ -52,7 +55,7 @@ export async function bucketAge(kv: KV): Promise<{ incarnation: number; ageMs: n
     .map((t) => (t ? Date.parse(t) : NaN))
     .filter((t) => Number.isFinite(t));
   const serverNow = Math.max(incarnation, ...stamps);
-  return { incarnation, ageMs: serverNow - incarnation };
+  return { incarnation, ageMs: serverNow - incarnation, exact: info.ts !== undefined };
 }
 
 export class LeaseBucket {
@@ -63,7 +66,7 @@ export class LeaseBucket {
   constructor(
     private readonly opts: Pick<
       CompiledLeaseOptions,
-      "nc" | "domain" | "bucket" | "requestTimeoutMs" | "replicas"
+      "nc" | "domain" | "bucket" | "requestTimeoutMs" | "replicas" | "leaseMs" | "owner"
     >,
     private readonly logger: Logger,
     private readonly on: LeaseBucketEvents,
@@ -84,7 +87,13 @@ export class LeaseBucket {
       replicas: this.opts.replicas,
     });
     if (this.knownIncarnation === undefined) {
-      const { incarnation, ageMs } = await this.guarded(bucketAge(kv));
+      let read = await this.guarded(bucketAge(kv));
+      if (!read.exact && read.ageMs < this.opts.leaseMs) {
+        // Young, or nothing written lately to tell: a write of our own stamps the server's time now.
+        await this.guarded(kv.put(CLOCK_KEY, this.opts.owner));
+        read = await this.guarded(bucketAge(kv));
+      }
+      const { incarnation, ageMs } = read;
       this.noteIncarnation(incarnation);
       this.on.young(ageMs);
     } else {
