@@ -35,8 +35,7 @@ export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
  *   so the lease revision is only meaningful with it (the guard's fence compares it first). A member
  *   that sees the bucket re-created under it stops owning at once and takes no key in the new bucket
  *   until the longest lease it has seen has passed (an owner that has not noticed yet has stopped by
- *   then). A member that first sees the bucket younger than its group.lease (maybe just re-created)
- *   takes no key until the bucket is that old (lease-bucket.ts).
+ *   then); nor, first seeing it younger than group.lease, until it is that old (lease-bucket.ts).
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
@@ -101,9 +100,7 @@ export class LinkLease {
         this.opts.keyWatches?.restart();
       },
       recreated: (known, incarnation) => this.bucketRecreated(known, incarnation),
-      young: (ageMs) => {
-        if (this.contender.youngBucket(this.now(), ageMs)) this.opts.onHoldOff?.("young_bucket");
-      },
+      young: (ageMs) => this.contender.youngBucket(this.now(), ageMs),
     });
     this.mode = new LeaseMode(this.opts.sessions);
     // The session ended or lapsed: an owner in member mode stops at its next step (now).
@@ -456,7 +453,6 @@ export class LinkLease {
   /** The bucket was deleted and created again (its revisions start over): an owner stops at once (see ContenderView.recreated). */
   private bucketRecreated(known: number, incarnation: number): void {
     this.contender.recreated(this.now(), known, incarnation);
-    this.opts.onHoldOff?.("recreated_bucket");
     this.lose("the group bucket was re-created");
   }
 

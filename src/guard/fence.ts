@@ -6,7 +6,7 @@ import type { ClaimOptions, GuardFence } from "./types.js";
  * order. The lease revision is the revision of the group KV bucket's write that acquired the lease, and
  * a bucket deleted and created again starts its revisions at 1: only its incarnation (creation time)
  * says which bucket it is. Which bucket is newer is the order the fence first saw their incarnations
- * (lua.ts FENCE, `FenceIncarnations`), not their values: a server's clock can be behind. A token
+ * (lua-fence.ts FENCE, `FenceIncarnations`), not their values: a server's clock can be behind. A token
  * without an incarnation (a caller before it) compares by lease revision alone. (Older versions called
  * the lease revision the epoch.)
  */
@@ -22,7 +22,7 @@ export function leaseToken(opts: Pick<ClaimOptions, "leaseRevision" | "incarnati
 }
 
 /**
- * The scripts' ARGV[1] (lua.ts FENCE): "" (no lease), "<lease revision>", or
+ * The scripts' ARGV[1] (lua-fence.ts FENCE): "" (no lease), "<lease revision>", or
  * "<incarnation>:<lease revision>". Wire format, unchanged by the rename from "epoch": relays of other
  * versions write and read the same fence.
  */
@@ -42,8 +42,9 @@ export function movesFence(token: LeaseToken, accepted: LeaseToken): boolean {
 }
 
 /**
- * The incarnations a fence has seen, in the order first seen (the last is the fence's own), as lua.ts
- * FENCE keeps them in "incs:<fence key>" (the in-memory guard keeps them here). `FENCE_SEEN` at most.
+ * The incarnations a fence has seen, in the order first seen (the last is the fence's own), as
+ * lua-fence.ts FENCE keeps them in "incs:<fence key>" (the in-memory guard keeps them here), `limit`
+ * at most (FENCE_SEEN).
  */
 export class FenceIncarnations {
   private readonly seen: number[] = [];

@@ -68,7 +68,7 @@ import { createHash, hash } from "node:crypto";
  * (written once per group; the scope keeps it), `incs:<fence key>` = the incarnations (creation
  * times, ms) of the lease buckets the fence has seen, in the order first seen, the last being the one
  * its lease revision is a revision of, and `inc:<fence key>` = that incarnation as relays before the
- * list read it (lua.ts FENCE; neither is a directory change: `v` stays; their names, with the fence
+ * list read it (lua-fence.ts FENCE; neither is a directory change: `v` stays; their names, with the fence
  * key's "epoch:" in them, are shared by relays of every version). The client caches the directory and passes `v`; a script that sees another `v`
  * changes nothing and answers "M", and the client reloads and retries.
  */

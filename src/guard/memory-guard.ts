@@ -14,7 +14,7 @@ import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, Guar
 export class MemoryGuardStore {
   private readonly data = new Map<string, { value: string; expiresAt: number | undefined }>();
   private lastSweep = 0;
-  /** Per fence key, the lease bucket incarnations it has seen (lua.ts FENCE's "incs:<fence key>"). */
+  /** Per fence key, the lease bucket incarnations it has seen (lua-fence.ts FENCE's "incs:<fence key>"). */
   readonly incarnations = new Map<string, FenceIncarnations>();
 
   constructor(private readonly now: () => number = Date.now) {}
@@ -177,7 +177,7 @@ export class MemoryGuard implements Guard {
   }
 
   /**
-   * lua.ts `FENCE`: the incarnation first, by the order the fence first saw it (one seen before the
+   * lua-fence.ts `FENCE`: the incarnation first, by the order the fence first saw it (one seen before the
    * fence's own is refused, one never seen becomes the fence's own and resets the lease revision),
    * then the lease revision (an older one is refused; a newer one becomes the newest). The fence key
    * mirrors the Redis guard's `relay:{T}:epoch:<fence>`, whose name stays as relays before the rename
