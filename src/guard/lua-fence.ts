@@ -22,7 +22,10 @@ export const FENCE_SEEN = 16;
  *   "<own incarnation>:<newest>"}, nothing changes (an ex-owner never moves the fence back);
  * - one never seen: a bucket created after every one the fence has seen (deleted and re-created while
  *   the fence ran on the old one): it is appended and becomes the fence's own, and the lease revision
- *   is compared with nothing (the new bucket's revisions start again at 1).
+ *   is compared with nothing (the new bucket's revisions start again at 1). What the fence cannot
+ *   tell: an owner of a bucket it never saw (one that reached no guard before its bucket was deleted,
+ *   or FENCE_SEEN buckets ago) counts as new too; the lease bucket's hold-offs (lease-bucket.ts) and
+ *   the owner's own deadline are what stop it.
  * Then the lease revision: older than the newest returns {'F', newest} and changes nothing; newer
  * becomes the newest. A token without an incarnation compares lease revisions only and leaves the
  * incarnations alone.
