@@ -32,7 +32,7 @@ export class ContenderView {
   private foreignLease: string | undefined;
 
   constructor(
-    private readonly opts: Pick<CompiledLeaseOptions, "leaseMs" | "pollMs" | "now">,
+    private readonly opts: Pick<CompiledLeaseOptions, "leaseMs" | "pollMs" | "now" | "onHoldOff">,
     private readonly logger: Logger,
   ) {
     this.longestLeaseMs = opts.leaseMs;
@@ -61,10 +61,28 @@ export class ContenderView {
   recreated(now: number, known: number, incarnation: number): void {
     this.recreatedAt = now;
     this.observed = undefined;
+    this.opts.onHoldOff?.("recreated_bucket");
     this.logger.warn(
       { was: new Date(known).toISOString(), now: new Date(incarnation).toISOString(), holdOffMs: this.holdOffMs() },
       "the group bucket was re-created: its revisions start over; no lease is taken in it for the longest lease seen",
     );
+  }
+
+  /**
+   * The bucket, first seen at `now` (own clock), was `ageMs` old then at the latest: created at
+   * `now - ageMs` or before. Younger than the hold-off, an owner of a bucket deleted just before it was
+   * created may still act: no key is taken in it until it is `holdOffMs()` old. Returns whether it holds off.
+   */
+  youngBucket(now: number, ageMs: number): boolean {
+    const holdOffMs = this.holdOffMs();
+    if (ageMs >= holdOffMs) return false;
+    this.recreatedAt = now - ageMs;
+    this.opts.onHoldOff?.("young_bucket");
+    this.logger.info(
+      { ageMs: Math.round(ageMs), holdOffMs: Math.round(holdOffMs - ageMs) },
+      "the group bucket is younger than group.lease (just created, or re-created while an owner of the old one may still act): no lease is taken in it until it is that old",
+    );
+    return true;
   }
 
   holdOffMs(): number {

@@ -35,7 +35,7 @@ export type { LeaseOptions, LeaseState, LeaseValue } from "./types.js";
  *   so the lease revision is only meaningful with it (the guard's fence compares it first). A member
  *   that sees the bucket re-created under it stops owning at once and takes no key in the new bucket
  *   until the longest lease it has seen has passed (an owner that has not noticed yet has stopped by
- *   then).
+ *   then); nor, first seeing it younger than group.lease, until it is that old (lease-bucket.ts).
  *
  * Lifecycle: `start()`, `release()` (back to idle; `start()` again to rejoin), idempotent `stop()`,
  * `closed()`.
@@ -100,6 +100,7 @@ export class LinkLease {
         this.opts.keyWatches?.restart();
       },
       recreated: (known, incarnation) => this.bucketRecreated(known, incarnation),
+      young: (ageMs) => this.contender.youngBucket(this.now(), ageMs),
     });
     this.mode = new LeaseMode(this.opts.sessions);
     // The session ended or lapsed: an owner in member mode stops at its next step (now).

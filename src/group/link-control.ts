@@ -7,6 +7,13 @@
  * `LinkControls` follows the keys for a relay: a watch for changes as they happen, and a read of every
  * key at start and every `refreshMs` (a watch that ended quietly is started again). Each key's highest
  * revision wins, whichever of the two saw it first.
+ *
+ * A revision only compares with revisions of the same bucket: a bucket deleted and created again (its
+ * incarnation, the stream's creation time, changes) counts from 1 again. Every read of all keys reads
+ * the incarnation first; a new one forgets the revisions of the old bucket (the new bucket's values
+ * replace them whatever their revisions) and starts the watch again on the new bucket. A watch entry is
+ * taken as one of the incarnation last read: one of a bucket re-created since, below a revision of the
+ * old one, waits for the next read (at most `refreshMs`).
  */
 import { KvWatchInclude } from "@nats-io/kv";
 import type { KV, KvEntry } from "@nats-io/kv";
@@ -16,7 +23,7 @@ import { toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
+import { bucketIncarnation, isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
 
 /** Control keys live under this prefix in the group bucket, beside the leases and the members. */
 export const CONTROL_PREFIX = "_control";
@@ -83,8 +90,10 @@ type Listener = (value: LinkControlValue | undefined) => void;
 
 /** The control keys as one relay follows them; links subscribe by lease key (`follow`). */
 export class LinkControls {
-  /** key → the highest revision seen and its value (undefined: deleted, or not a control value). */
+  /** key → the highest revision seen (of the bucket `incarnation`) and its value (undefined: deleted, or not a control value). */
   private readonly values = new Map<string, { revision: number; value: LinkControlValue | undefined }>();
+  /** The bucket's incarnation (creation time, ms) the revisions in `values` belong to. */
+  private incarnation: number | undefined;
   private readonly listeners = new Map<string, Set<Listener>>();
   private readonly abort = new AbortController();
   private read = false;
@@ -151,16 +160,29 @@ export class LinkControls {
   }
 
   private async readAll(kv: KV): Promise<void> {
+    const incarnation = await bucketIncarnation(kv);
     const keys = await listKeys(kv, `${CONTROL_PREFIX}.>`);
     const entries = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
     if (this.abort.signal.aborted) return;
+    // Read from another bucket than the one before: re-created, its revisions count from 1 again.
+    const recreated = this.incarnation !== undefined && incarnation !== this.incarnation;
+    if (recreated) {
+      const was = new Date(this.incarnation ?? 0).toISOString();
+      this.opts.logger.warn({ was, now: new Date(incarnation).toISOString() }, "the group bucket was re-created: its link control keys count, whatever their revisions");
+      this.stopWatch?.(); // the watch followed the old bucket's sequences: a new one starts next round
+    }
+    this.incarnation = incarnation;
     const present = new Set<string>();
     for (const e of entries) {
       present.add(e.key);
-      this.apply(e);
+      this.apply(e, recreated);
     }
-    // A key purged since (no delete marker left): nobody pauses that unit any more.
-    for (const [key, known] of this.values) if (!present.has(key) && known.value !== undefined) this.set(key, known.revision, undefined);
+    // A key purged since (no delete marker left), or absent from a new bucket: nobody pauses that unit any more.
+    for (const [key, known] of this.values) {
+      if (present.has(key)) continue;
+      if (known.value !== undefined) this.set(key, recreated ? 0 : known.revision, undefined);
+      else if (recreated) this.values.set(key, { revision: 0, value: undefined });
+    }
     if (!this.read) {
       this.read = true;
       for (const [key, set] of this.listeners) for (const cb of set) cb(this.values.get(key)?.value);
@@ -188,9 +210,10 @@ export class LinkControls {
       });
   }
 
-  private apply(e: KvEntry): void {
+  /** An entry of the bucket last read; `replaces`: of a new incarnation, it replaces what is known whatever its revision. */
+  private apply(e: KvEntry, replaces = false): void {
     const known = this.values.get(e.key);
-    if (known && known.revision >= e.revision) return;
+    if (known && known.revision >= e.revision && !replaces) return;
     let value: LinkControlValue | undefined;
     if (e.operation === "PUT") {
       value = parseControlValue(e.string());

@@ -38,6 +38,8 @@ export interface LeaseOptions {
   readonly now?: () => number;
   /** Called at every change of ownership (for `relay_lease_transitions_total`). */
   readonly onTransition?: (reason: LeaseTransition) => void;
+  /** Called when the lease holds off taking a key in a bucket an old owner may still act on (for `relay_lease_holdoffs_total`). */
+  readonly onHoldOff?: (reason: LeaseHoldOff) => void;
   /** The relay's shared tick grid: renewals wait on it, so the links' renewals leave in one write. */
   readonly ticks?: TickGrid;
   /** The relay's one watch over the group bucket (else this lease watches its own key). */
@@ -63,6 +65,13 @@ export interface LeaseSessions {
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */
 export type LeaseTransition = "acquired" | "renewed-late" | "lost" | "released" | "handed-over";
 
+/**
+ * Why a lease takes no key for a while: `recreated_bucket` (this member saw the bucket deleted and
+ * created again), `young_bucket` (it first saw the bucket younger than its group.lease: maybe just
+ * re-created, with an owner of the old bucket still acting).
+ */
+export type LeaseHoldOff = "recreated_bucket" | "young_bucket";
+
 /** LeaseOptions with every field filled (what the lease runs on). */
 export interface CompiledLeaseOptions {
   readonly nc: NatsConnection;
@@ -81,6 +90,7 @@ export interface CompiledLeaseOptions {
   readonly replicas: number | undefined;
   readonly now: () => number;
   readonly onTransition: ((reason: LeaseTransition) => void) | undefined;
+  readonly onHoldOff: ((reason: LeaseHoldOff) => void) | undefined;
   readonly keyWatches: LeaseKeyWatches | undefined;
   readonly sessions: LeaseSessions | undefined;
 }
@@ -152,6 +162,7 @@ export function compileLeaseOptions(opts: LeaseOptions): CompiledLeaseOptions {
     replicas: opts.replicas,
     now: opts.now ?? (() => performance.now()),
     onTransition: opts.onTransition,
+    onHoldOff: opts.onHoldOff,
     keyWatches: opts.keyWatches,
     sessions: opts.sessions,
   });

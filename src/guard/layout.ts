@@ -66,10 +66,11 @@ import { DEFAULTS } from "../config/defaults.js";
  * The directory `relay:{T}:meta` holds, per live bucket, `b<bucket id>` = "<F>,<start>,<end>,
  * <expires at>" (Redis server time, ms; the bucket id is its start), `c` = the current bucket, `n` =
  * ids committed to it, `v` = a counter bumped on every change, `vf` = the version fan-out
- * (written once per group; the scope keeps it), and `inc:<fence key>` = the incarnation (creation
- * time, ms) of the lease bucket that fence's lease revision is a revision of (lua.ts FENCE; not a
- * directory change: `v` stays; its name, with the fence key's "epoch:" in it, is shared by relays of
- * every version). The client caches the directory and passes `v`; a script that sees another `v`
+ * (written once per group; the scope keeps it), `incs:<fence key>` = the incarnations (creation
+ * times, ms) of the lease buckets the fence has seen, in the order first seen, the last being the one
+ * its lease revision is a revision of, and `inc:<fence key>` = that incarnation as relays before the
+ * list read it (lua-fence.ts FENCE; neither is a directory change: `v` stays; their names, with the fence
+ * key's "epoch:" in them, are shared by relays of every version). The client caches the directory and passes `v`; a script that sees another `v`
  * changes nothing and answers "M", and the client reloads and retries.
  */
 

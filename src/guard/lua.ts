@@ -30,6 +30,7 @@
 
 import type { GuardDecision } from "./types.js";
 import { BUCKET_FILL, BUCKET_TARGET, MAX_FANOUT } from "./layout.js";
+import { FENCE } from "./lua-fence.js";
 import { WRITERS } from "./lua-writers.js";
 
 /** The previous layout's key names (still used by the in-memory guard, which mirrors its semantics). */
@@ -61,6 +62,7 @@ export const DECISION_CODES: Readonly<Record<string, GuardDecision>> = {
 
 export const FENCED_REPLY = "F";
 export const DIRECTORY_REPLY = "M";
+export { FENCE_SEEN } from "./lua-fence.js";
 /** A lease-mode claim's answer when another writer of the scope is live: claim with keys (WRITERS). */
 export const KEYED_REPLY = "K";
 
@@ -74,49 +76,6 @@ local function reader(packed)
     pos = e + 1
     return f
   end
-end
-`;
-
-/**
- * The lease-revision fence of the group, first thing in claim and commit: ARGV[1] is the caller's
- * fencing token, "<incarnation>:<lease revision>" ("<lease revision>" from a caller without an
- * incarnation, "" when it has none); KEYS[2] is the group's fence key `relay:{T}:epoch:<fence>` (the
- * newest lease revision, a number, as it always was), KEYS[1] the directory, whose field
- * "inc:<fence key>" holds the incarnation (lease bucket creation time, ms) that lease revision belongs
- * to. The incarnation is compared first: an older one returns {'F', "<incarnation>:<newest>"}; a newer
- * one (the bucket was re-created: its revisions start again at 1) becomes the fence's, and the lease
- * revision is compared with nothing. A fence without the field (written before incarnations) counts as
- * the oldest incarnation. Then the lease revision: older than the newest returns {'F', newest} and
- * changes nothing; newer becomes the newest. A token without an incarnation compares lease revisions
- * only and leaves the field alone. Relays before incarnations read the fence key as before (a number)
- * and never see the field.
- *
- * Wire format: relays of other versions (before and after the lease revision was renamed from
- * "epoch") share these keys during a rolling upgrade, so the key names (`epoch:` in layout.ts, the
- * field "inc:<fence key>"), the token's format and the reply stay as they are; only local names changed.
- */
-const FENCE = `
-if ARGV[1] ~= '' then
-  local token = ARGV[1]
-  local sep = string.find(token, ':', 1, true)
-  local revisionRaw = sep and string.sub(token, sep + 1) or token
-  local revision = tonumber(revisionRaw)
-  local newestRaw = redis.call('GET', KEYS[2]) or '0'
-  local newest = tonumber(newestRaw)
-  if sep then
-    local field = 'inc:' .. KEYS[2]
-    local incRaw = string.sub(token, 1, sep - 1)
-    local knownRaw = redis.call('HGET', KEYS[1], field) or '0'
-    local inc = tonumber(incRaw)
-    local known = tonumber(knownRaw)
-    if inc < known then return {'F', knownRaw .. ':' .. newestRaw} end
-    if inc > known then
-      redis.call('HSET', KEYS[1], field, incRaw)
-      newest = 0
-    end
-  end
-  if revision < newest then return {'F', newestRaw} end
-  if revision > newest then redis.call('SET', KEYS[2], revisionRaw) end
 end
 `;
 

@@ -1,9 +1,9 @@
 import type { Logger } from "pino";
 import type { GuardConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { FenceRefusals, describeToken, leaseToken, newerToken } from "./fence.js";
+import { FenceIncarnations, FenceRefusals, describeToken, leaseToken } from "./fence.js";
 import { checkIds, tokenSource, versionOf } from "./items.js";
-import { DONE_VALUE, claimValue, guardKeys } from "./lua.js";
+import { DONE_VALUE, FENCE_SEEN, claimValue, guardKeys } from "./lua.js";
 import type { GuardKeys } from "./lua.js";
 import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, GuardFence, GuardItem } from "./types.js";
 
@@ -14,6 +14,8 @@ import type { ClaimedItem, ClaimOptions, ClaimResult, CommitOptions, Guard, Guar
 export class MemoryGuardStore {
   private readonly data = new Map<string, { value: string; expiresAt: number | undefined }>();
   private lastSweep = 0;
+  /** Per fence key, the lease bucket incarnations it has seen (lua-fence.ts FENCE's "incs:<fence key>"). */
+  readonly incarnations = new Map<string, FenceIncarnations>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
@@ -175,28 +177,30 @@ export class MemoryGuard implements Guard {
   }
 
   /**
-   * lua.ts `FENCE`: the incarnation first (an older one is refused, a newer one resets the lease
-   * revision), then the lease revision (an older one is refused; a newer one becomes the newest). The
-   * fence key mirrors the Redis guard's `relay:{T}:epoch:<fence>`, whose name stays as relays before
-   * the rename from "epoch" wrote it (layout.ts).
+   * lua-fence.ts `FENCE`: the incarnation first, by the order the fence first saw it (one seen before the
+   * fence's own is refused, one never seen becomes the fence's own and resets the lease revision),
+   * then the lease revision (an older one is refused; a newer one becomes the newest). The fence key
+   * mirrors the Redis guard's `relay:{T}:epoch:<fence>`, whose name stays as relays before the rename
+   * from "epoch" wrote it (layout.ts).
    */
   private fence(op: string, opts: ClaimOptions | CommitOptions): void {
     const token = leaseToken(opts);
     if (token === undefined) return;
     const key = `${this.keys.prefix}epoch:${this.deps.fence ?? this.deps.linkName}`;
     let newest = Number(this.store.get(key) ?? "0");
-    let known: number | undefined;
+    let refused = false;
+    let own: number | undefined;
     if (token.incarnation !== undefined) {
-      known = Number(this.store.get(`${key}:inc`) ?? "0");
-      if (token.incarnation > known) {
-        this.store.set(`${key}:inc`, String(token.incarnation));
-        known = token.incarnation;
-        newest = 0;
-      }
+      let seen = this.store.incarnations.get(key);
+      if (!seen) this.store.incarnations.set(key, (seen = new FenceIncarnations(FENCE_SEEN)));
+      const met = seen.meet(token.incarnation);
+      if (met === "new") newest = 0;
+      refused = met === "older";
+      own = seen.current;
     }
-    const seen = { leaseRevision: newest, ...(known !== undefined ? { incarnation: known } : {}) };
-    if (newerToken(seen, token)) {
-      const err = new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: ${describeToken(token)} is older than ${describeToken(seen)} of the relay that owns the link now`);
+    const fence = { leaseRevision: newest, ...(own !== undefined ? { incarnation: own } : {}) };
+    if (refused || token.leaseRevision < newest) {
+      const err = new RelayError(ErrorCodes.LEASE_FENCED, `link ${this.deps.linkName}: guard ${op} refused: ${describeToken(token)} is older than ${describeToken(fence)} of the relay that owns the link now`);
       this.refusals.failed(opts, err);
       throw err;
     }

@@ -1,5 +1,5 @@
 import { ErrorCodes, RelayError } from "../errors.js";
-import { describeToken, newerToken } from "./fence.js";
+import { describeToken, movesFence } from "./fence.js";
 import type { LeaseToken } from "./fence.js";
 import { FENCED_REPLY } from "./lua.js";
 import type { GroupState } from "./redis-layout-context.js";
@@ -11,9 +11,10 @@ import type { GroupState } from "./redis-layout-context.js";
  */
 
 /**
- * The groups a call goes to: those with items, and, when the caller has a lease token newer than
- * one a group has accepted from us, every other group too (with no items): each group fences on
- * its own, so a paused ex-owner must be refused in the groups this batch does not touch as well.
+ * The groups a call goes to: those with items, and, when the caller has a lease token that would move
+ * the fence from the one a group has accepted from us (a higher lease revision, or another bucket
+ * incarnation), every other group too (with no items): each group fences on its own, so a paused
+ * ex-owner must be refused in the groups this batch does not touch as well.
  */
 export function groupsToCall(
   state: readonly GroupState[],
@@ -22,13 +23,13 @@ export function groupsToCall(
 ): number[] {
   const groups = new Set(present);
   if (token !== undefined)
-    state.forEach((st, g) => (st.token === undefined || newerToken(token, st.token)) && groups.add(g));
+    state.forEach((st, g) => (st.token === undefined || movesFence(token, st.token)) && groups.add(g));
   return [...groups].sort((a, b) => a - b);
 }
 
-/** A group accepted `token` (a call under it passed its fence). */
+/** A group accepted `token` (a call under it passed its fence: its incarnation is the fence's own now). */
 export function accepted(st: GroupState, token: LeaseToken | undefined): void {
-  if (token !== undefined && (st.token === undefined || newerToken(token, st.token))) st.token = token;
+  if (token !== undefined && (st.token === undefined || movesFence(token, st.token))) st.token = token;
 }
 
 /**

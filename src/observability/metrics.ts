@@ -241,6 +241,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "reason"] as const,
       registers,
     }),
+    leaseHoldOffs: new Counter({
+      name: "relay_lease_holdoffs_total",
+      help: "Times a link's lease took no key for a while because an owner of a deleted group bucket may still act, by reason: recreated_bucket (this relay saw the bucket re-created) or young_bucket (first seen younger than group.lease)",
+      labelNames: ["link", "reason"] as const,
+      registers,
+    }),
     guardUnsafe: new Gauge({
       name: "relay_guard_unsafe",
       help: "1 per reason the link's guard Redis is unsafe to rely on (no_aof, eviction, replication), 0 otherwise; checked at start, after reconnects and every minute",

@@ -265,6 +265,7 @@ export class Relay {
           if (reason !== "renewed-late")
             this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
         },
+        onHoldOff: (reason) => this.metrics.leaseHoldOffs.inc({ link: config.name, reason }),
       });
       // Placement decides who takes it: not this relay until it has seen its group.
       lease.setEligible(false);

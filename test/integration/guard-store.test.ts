@@ -171,6 +171,29 @@ for (const [name, makeSpace] of Object.entries(backends)) {
       assert.equal(refusals(newOwner), undefined, "a call that passes the fence ends the streak");
     });
 
+    test("a lease bucket re-created with an earlier creation time (a server clock behind): one the fence never saw is the newer; an owner of one it saw is refused, however late its time or high its revision, and never moves it back", async () => {
+      const s = makeSpace();
+      const [oldOwner, newOwner, third] = [await s.guard(), await s.guard(), await s.guard()];
+      const fenced = (re: RegExp) => (err: unknown) => isRelayError(err, "LEASE_FENCED") && re.test(err.message);
+      // The old bucket was stamped 5 s; the bucket re-created after it, by a server whose clock is behind, 2 s.
+      assert.deepEqual(decisions(await oldOwner.claim([{ id: "i1" }], undefined, { leaseRevision: 500, incarnation: 5_000 })), ["relay"]);
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i2" }], undefined, { leaseRevision: 3, incarnation: 2_000 })), ["relay"]);
+      const older = fenced(/lease revision 900 of lease bucket 1970-01-01T00:00:05\.000Z is older than lease revision 3 of lease bucket 1970-01-01T00:00:02\.000Z/);
+      await assert.rejects(oldOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 900, incarnation: 5_000 }), older);
+      await assert.rejects(oldOwner.commit([{ id: "i1", token: "t" }], { leaseRevision: 900, incarnation: 5_000 }), older);
+      assert.equal(await s.id("i3"), null);
+      assert.notEqual(await s.id("i1"), "d");
+      // Within the new bucket, lease revisions compare as they always did.
+      await assert.rejects(newOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 2, incarnation: 2_000 }), fenced(/lease revision 2 of .* is older than lease revision 3 of/));
+      assert.deepEqual(decisions(await newOwner.claim([{ id: "i3" }], undefined, { leaseRevision: 4, incarnation: 2_000 })), ["relay"]);
+      // Re-created once more, stamped earlier still: new again; both earlier buckets' owners are refused.
+      assert.deepEqual(decisions(await third.claim([{ id: "i4" }], undefined, { leaseRevision: 1, incarnation: 1_000 })), ["relay"]);
+      await assert.rejects(newOwner.claim([{ id: "i5" }], undefined, { leaseRevision: 9, incarnation: 2_000 }), fenced(/is older than lease revision 1 of lease bucket 1970-01-01T00:00:01\.000Z/));
+      await assert.rejects(oldOwner.claim([{ id: "i5" }], undefined, { leaseRevision: 1_000_000, incarnation: 5_000 }), fenced(/is older than lease revision 1 of/));
+      assert.equal(await s.id("i5"), null);
+      assert.deepEqual(decisions(await third.claim([{ id: "i5" }], undefined, { leaseRevision: 1, incarnation: 1_000 })), ["relay"]);
+    });
+
     test("another instance's open claim is in-flight; release frees it; results keep input order", async () => {
       const s = makeSpace();
       const [a, b] = [await s.guard(), await s.guard()];

@@ -118,3 +118,41 @@ test("a link whose commits the guard refuses while it holds the lease (LEASE_FEN
   await assertExactlyOnce(r.ncb, r.dst, [...first, ...second]);
   assert.equal(await metricValue(relay, "relay_guard_fenced", { link: "a-to-b" }), 0);
 });
+
+test("the lease bucket re-created with a creation time earlier than the one the guard's fence has seen (a server clock behind, a rebuilt region keeping its Redis): the fence takes the new bucket; every id once, in order", async (t) => {
+  const r = await twoRegions(t);
+  const redis = await r.servers.startRedis({ appendonly: true });
+  const admin = new Redis(redis.url);
+  admin.on("error", () => undefined);
+  t.after(() => admin.disconnect());
+  const { relay, url } = await startRelay(t, r.yaml(`    guard: { redis: { url: "${redis.url}" } }\n`, GROUP), "b", { http: true });
+  await check(() => relay.status().links[0]?.ownership?.self === true, { name: "the relay owns the link", timeoutMs: 20_000 });
+  const leaseKey = relay.status().links[0]?.ownership?.key;
+  assert.ok(leaseKey);
+  const total = 4_000;
+  const load = trickle(r.nca, r.src, total);
+  await waitForCount(r.ncb, r.dst, 1_000, 30_000, "relayed before the bucket goes");
+  const jsm = await jetstreamManager(r.ncb);
+  const created = Date.parse((await jsm.streams.info(`KV_${BUCKET}`)).created);
+  await jsm.streams.delete(`KV_${BUCKET}`);
+  // As if the bucket the fence saw last had been stamped a day later than the one the relay now re-creates:
+  // the fence has seen the real one, then the later-stamped one (its own now, with a high lease revision).
+  const keys = new GroupKeys(`b:${r.dst}`, 0);
+  const fenceKey = keys.fence(leaseKey);
+  const later = created + 86_400_000;
+  await admin.hset(keys.meta, `inc:${fenceKey}`, String(later), `incs:${fenceKey}`, `${created},${later}`);
+  await admin.set(fenceKey, "999999");
+  await load.done;
+  await waitForCount(r.ncb, r.dst, total, 60_000, "every message relayed after the bucket was re-created").catch((err: unknown) => {
+    const l = relay.status().links[0];
+    throw new Error(`${String(err)}\nlink: ${JSON.stringify({ state: l?.state, reason: l?.stateReason, ownership: l?.ownership, lastError: l?.lastError })}`, { cause: err });
+  });
+  const recreated = Date.parse((await jsm.streams.info(`KV_${BUCKET}`)).created);
+  assert.ok(recreated > created && recreated < later, "the new bucket's time is earlier than the one the fence saw last");
+  assert.equal(await admin.hget(keys.meta, `incs:${fenceKey}`), `${created},${later},${recreated}`, "the fence took the new bucket as the newest");
+  const ids = Array.from({ length: total }, (_, i) => `m-${i}`);
+  await assertExactlyOnce(r.ncb, r.dst, ids);
+  await assertInOrder(r.ncb, r.dst, ids);
+  await check(async () => (await fetch(`${url}/readyz`)).status === 200, { name: "ready again", timeoutMs: 10_000 });
+  assert.equal(await metricValue(relay, "relay_guard_fenced", { link: "a-to-b" }), 0);
+});

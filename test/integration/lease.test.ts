@@ -98,6 +98,10 @@ test("a single member acquires at once and renews: the key's revision moves, the
   const defer = deferrals(t);
   const key = uniqueName("link");
   const a = await member(defer, node.url, key, "a");
+  // A member's first look at a bucket younger than the lease holds off (lease-bucket.ts): this one is older.
+  await openKv(a.nc);
+  const created = Date.parse((await (await jetstreamManager(a.nc)).streams.info("KV_relay_leases")).created);
+  await check(() => Date.now() - created > LEASE_MS + 100, { name: "the bucket is older than the lease", timeoutMs: 5_000 });
   const started = performance.now();
   a.lease.start();
   const leaseRevision = await a.lease.acquired();

@@ -88,7 +88,8 @@ test("a short outage replays in order; replay age shows the outage; backlog age 
   // this one episode (a lease lost with it would be a second one, as the relay counts it).
   const { relay, url } = await startRelay(t, yaml("", "group: { lease: 15s, renew: 1s }\n"), "b", { http: true });
   const before = await publishIds(nca, src, "before", 100);
-  await waitForCount(ncb, dst, 100, 20_000);
+  // The relay creates the bucket and takes no lease in it before it is a lease (15 s) old.
+  await waitForCount(ncb, dst, 100, 40_000);
   await check(() => linkOf(relay)?.state === "live", { name: "live before the outage" });
   assert.equal((await fetch(`${url}/readyz`)).status, 200);
 
