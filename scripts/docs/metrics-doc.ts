@@ -88,6 +88,7 @@ export const METRIC_AREAS: readonly {
     metrics: [
       "relay_link_owner",
       "relay_lease_transitions_total",
+      "relay_lease_holdoffs_total",
       "relay_group_members",
       "relay_group_evictions_total",
       "relay_group_session_ends_total",

@@ -262,8 +262,7 @@ export class Relay {
         logger: this.regionLogger.child({ component: "lease", link: config.name }),
         onTransition: (reason) => {
           this.metrics.leaseTransitions.inc({ link: config.name, reason });
-          if (reason !== "renewed-late")
-            this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
+          if (reason !== "renewed-late") this.metrics.linkOwner.set({ link: config.name }, reason === "acquired" ? 1 : 0);
         },
         onHoldOff: (reason) => this.metrics.leaseHoldOffs.inc({ link: config.name, reason }),
       });
