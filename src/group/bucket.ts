@@ -50,12 +50,40 @@ export async function bucketIncarnation(kv: KV): Promise<number> {
 }
 
 /**
- * The failure of a KV request to a bucket that no longer exists: a read answers "stream not found", a
- * write "no responders" (which the client reports as JetStream not enabled; also what a cluster
- * without JetStream answers). The caller opens the bucket again (creating it when it is missing).
+ * An explicit "stream not found" (10059): the bucket is gone (deleted, or an R1 bucket lost), and only
+ * this. A request that meets an election of the bucket's stream answers "no responders" (which the
+ * client reports as JetStream not enabled) or times out: transient (DESIGN §11), never proof. A write to
+ * a deleted bucket answers "no responders" too (nats-server 2.9.10: nothing listens on its subjects), so
+ * a caller whose write failed asks `bucketGoneAfter` instead. The caller opens the bucket again
+ * (creating it when it is missing).
  */
 export function isBucketGone(err: unknown): boolean {
-  return isApiCode(err, JetStreamApiCodes.StreamNotFound) || (err instanceof Error && err.name === "JetStreamNotEnabled");
+  return isApiCode(err, JetStreamApiCodes.StreamNotFound) || (err instanceof RelayError && isApiCode(err.cause, JetStreamApiCodes.StreamNotFound));
+}
+
+/** "No responders" to a request (the client names it JetStream not enabled): an election, a deleted stream, or JetStream down. */
+export function isNoResponders(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "JetStreamNotEnabled") return true;
+  const cause = (err as { cause?: unknown }).cause;
+  return /no responders/i.test(err.message) || (cause instanceof Error && /no responders/i.test(cause.message));
+}
+
+/**
+ * Whether `err`, the failure of a request to `kv`, proves the bucket gone: an explicit "stream not
+ * found", or "no responders" confirmed by a stream info that answers "stream not found" (the stream
+ * info of a deleted stream is answered by the meta leader; during an election of the stream's leader
+ * it is answered, or times out). Anything else (a timeout, an election) is transient. Never rejects.
+ */
+export async function bucketGoneAfter(kv: KV | undefined, err: unknown): Promise<boolean> {
+  if (isBucketGone(err)) return true;
+  if (!kv || !isNoResponders(err)) return false;
+  try {
+    await bucketIncarnation(kv);
+    return false;
+  } catch (infoErr) {
+    return isBucketGone(infoErr);
+  }
 }
 
 /**

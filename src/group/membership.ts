@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { forgetKey, isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
+import { bucketGoneAfter, forgetKey, listKeys, openGroupBucket } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MEMBER_PREFIX, memberKeyOf } from "./member-session.js";
 import type { MemberSession } from "./member-session.js";
@@ -212,7 +212,10 @@ export class GroupMembership {
         if (signal.aborted) break;
         if (!troubled) this.logger.warn({ err: toRelayError(err).message }, "group bucket unreachable: this member cannot see the group");
         troubled = true;
-        if (isBucketGone(err)) {
+        // An election of the bucket's stream ("no responders", a timeout) is transient: the session
+        // goes on until its own deadline (member-session.ts), and the next write renews it. Only a
+        // bucket proven gone ends it.
+        if (await bucketGoneAfter(this.kv, err)) {
           // Deleted (or an R1 bucket lost): open it again (created when missing), and watch the new one.
           this.kv = undefined;
           this.opts.sessions?.judge.attach(undefined);

@@ -8,7 +8,16 @@ import { connectTo, createStream } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
 import { linkYaml } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
-import { mergeLiveness, scrapeMetric, settled, startLoad, terminate, waitReady, watch, withReport } from "./process-harness.js";
+import {
+  mergeLiveness,
+  scrapeMetric,
+  settled,
+  startLoad,
+  terminate,
+  waitReady,
+  watch,
+  withReport,
+} from "./process-harness.js";
 
 /**
  * Leader elections of the group bucket's stream (what every rolling restart of the destination's
@@ -36,12 +45,24 @@ test("the group bucket's stream leader steps down 4 times under load (B a 3-node
   const config = await writeConfig(
     linkYaml({
       regions: { a: [a.url], b: cluster.urls },
-      links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 200\n    inFlight: 512\n" }],
+      links: [
+        {
+          name: "a-to-b",
+          from: "a",
+          fromStream: src,
+          to: "b",
+          toStream: dst,
+          extra: "    batchSize: 200\n    inFlight: 512\n",
+        },
+      ],
       // The bucket is created by the relays: R3 on a 3-node cluster.
       extra: `group: { bucket: ${bucket}, lease: ${LEASE_MS / 1000}s, renew: ${LEASE_MS / 5}ms }\nhttp: { listen: "127.0.0.1:0" }`,
     }),
   );
-  const relays = [spawnRelay(t, ["run", "--config", config, "--region", "b"]), spawnRelay(t, ["run", "--config", config, "--region", "b"])];
+  const relays = [
+    spawnRelay(t, ["run", "--config", config, "--region", "b"]),
+    spawnRelay(t, ["run", "--config", config, "--region", "b"]),
+  ];
   const urls = await Promise.all(relays.map((r) => r.httpUrl()));
   await Promise.all(urls.map((u, i) => waitReady(u, `relay ${i}`)));
   const jsm = await jetstreamManager(ncb);
@@ -75,8 +96,13 @@ test("the group bucket's stream leader steps down 4 times under load (B a 3-node
   for (let i = 0; i < STEPDOWNS; i++) {
     await delay(STEPDOWN_EVERY_MS);
     const before = (await jsm.streams.info(stream)).cluster?.leader ?? "?";
-    const reply = await ncb.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, undefined, { timeout: 5_000 });
-    assert.ok((reply.json<{ success?: boolean }>()).success, `stepdown ${i + 1} of ${stream}: ${reply.string()}`);
+    const reply = await ncb.request(`$JS.API.STREAM.LEADER.STEPDOWN.${stream}`, undefined, {
+      timeout: 5_000,
+    });
+    assert.ok(
+      reply.json<{ success?: boolean }>().success,
+      `stepdown ${i + 1} of ${stream}: ${reply.string()}`,
+    );
     leaders.push(before);
   }
   await load.done;
@@ -84,18 +110,30 @@ test("the group bucket's stream leader steps down 4 times under load (B a 3-node
   const stuck = await settled(nca, src, "after the stepdowns", 60_000);
   sampling = false;
   await sampler;
-  const lost = await Promise.all(urls.map((u) => scrapeMetric(u, "relay_lease_transitions_total", { link: "a-to-b", reason: "lost" })));
+  const lost = await Promise.all(
+    urls.map((u) => scrapeMetric(u, "relay_lease_transitions_total", { link: "a-to-b", reason: "lost" })),
+  );
   const liveness = mergeLiveness(await Promise.all(probes.map((p) => p.stop())));
-  t.diagnostic(`leaders stepped down: ${leaders.join(", ")}; longest idle of the destination: ${longestIdleMs} ms; leases lost per relay: ${lost.join(", ")}`);
+  t.diagnostic(
+    `leaders stepped down: ${leaders.join(", ")}; longest idle of the destination: ${longestIdleMs} ms; leases lost per relay: ${lost.join(", ")}`,
+  );
   const codes = await Promise.all(relays.map((r) => terminate(r)));
   const report = {
-    ...(await checkDelivery({ fault: `group bucket stream leader stepdown x${STEPDOWNS} (bucket R3)`, dest: ncb, stream: dst, source: await readSource(nca, src) })),
+    ...(await checkDelivery({
+      fault: `group bucket stream leader stepdown x${STEPDOWNS} (bucket R3)`,
+      dest: ncb,
+      stream: dst,
+      source: await readSource(nca, src),
+    })),
     ...(liveness ? { liveness } : {}),
   };
   await recordRow(report);
   if (stuck) throw withReport(stuck, report);
   assertDelivery(report);
   assert.deepEqual(lost, [0, 0], "no relay lost the link's lease to an election");
-  assert.ok(longestIdleMs <= MAX_IDLE_MS, `the destination was idle ${longestIdleMs} ms (at most ${MAX_IDLE_MS} ms allowed)`);
+  assert.ok(
+    longestIdleMs <= MAX_IDLE_MS,
+    `the destination was idle ${longestIdleMs} ms (at most ${MAX_IDLE_MS} ms allowed)`,
+  );
   assert.deepEqual(codes, [0, 0], "both relays drain and exit 0");
 });
