@@ -44,8 +44,12 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
 export async function bucketIncarnation(kv: KV): Promise<number> {
   const bucket = asBucket(kv, "bucketIncarnation");
   const info = await bucket.jsm.streams.info(bucket.stream);
-  const ms = Date.parse(info.created);
-  if (Number.isNaN(ms)) throw new RelayError(ErrorCodes.JETSTREAM_API, `group bucket ${bucket.bucket}: the server gave no creation time (${info.created})`);
+  return createdMs(bucket, info.created);
+}
+
+function createdMs(bucket: Bucket, created: string): number {
+  const ms = Date.parse(created);
+  if (Number.isNaN(ms)) throw new RelayError(ErrorCodes.JETSTREAM_API, `group bucket ${bucket.bucket}: the server gave no creation time (${created})`);
   return ms;
 }
 
@@ -93,9 +97,15 @@ export async function bucketGoneAfter(kv: KV | undefined, err: unknown): Promise
  * listed too while its delete marker is stored: callers read each key and skip deletes.
  */
 export async function listKeys(kv: KV, filter: string): Promise<string[]> {
+  return (await listKeysOfIncarnation(kv, filter)).keys;
+}
+
+/** `listKeys`, with the bucket's incarnation (`bucketIncarnation`) from the same stream-info reply. */
+export async function listKeysOfIncarnation(kv: KV, filter: string): Promise<{ keys: string[]; incarnation: number }> {
   const bucket = asBucket(kv, "listKeys");
   const info = await bucket.jsm.streams.info(bucket.stream, { subjects_filter: bucket.fullKeyName(filter) });
-  return Object.keys(info.state.subjects ?? {}).map((subject) => bucket.decodeKey(subject.substring(bucket.prefixLen)));
+  const keys = Object.keys(info.state.subjects ?? {}).map((subject) => bucket.decodeKey(subject.substring(bucket.prefixLen)));
+  return { keys, incarnation: createdMs(bucket, info.created) };
 }
 
 /**

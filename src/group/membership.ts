@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { bucketGoneAfter, forgetKey, listKeys, openGroupBucket } from "./bucket.js";
+import { bucketGoneAfter, forgetKey, listKeysOfIncarnation, openGroupBucket } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MEMBER_PREFIX, memberKeyOf } from "./member-session.js";
 import type { MemberSession } from "./member-session.js";
@@ -185,8 +185,8 @@ export class GroupMembership {
     let troubled = false;
     while (!signal.aborted) {
       try {
+        // The judge gets the bucket with its incarnation, from the reads (read()).
         this.kv ??= await openGroupBucket({ nc: this.opts.nc, domain: this.opts.domain, bucket: this.opts.bucket, timeoutMs: Math.max(this.opts.renewMs, 500) });
-        this.opts.sessions?.judge.attach(this.kv);
         const sentAt = this.now();
         const value: MemberValue = {
           id: this.opts.member.id,
@@ -302,7 +302,7 @@ export class GroupMembership {
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
-          if (e.operation === "PUT") this.opts.sessions?.judge.saw(e.key, e.revision);
+          this.opts.sessions?.judge.saw(e.key, e.revision); // a write or a delete: received now
           const known = this.seen.get(e.key);
           if (e.operation !== "PUT" || !known || (!known.value.leaving && parse(e.string())?.leaving)) {
             this.wake(); // joined or left (or leaving): read everything now
@@ -325,12 +325,14 @@ export class GroupMembership {
 
   /** Reads every member key; tracks when each revision was first seen. */
   private async read(kv: KV): Promise<void> {
-    const keys = await listKeys(kv, `${MEMBER_PREFIX}.>`);
+    const { keys, incarnation } = await listKeysOfIncarnation(kv, `${MEMBER_PREFIX}.>`);
     if (this.abort.signal.aborted) return;
+    // The revisions read below are of this incarnation: a judge of another forgets what it judged by.
+    this.opts.sessions?.judge.attach(kv, incarnation);
     const at = this.now();
     const read = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
     // Received now: a session judge's clock for these revisions starts here, never earlier.
-    for (const e of read) if (e.operation === "PUT" && e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision);
+    for (const e of read) if (e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision);
     const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.
@@ -355,8 +357,9 @@ export class GroupMembership {
       const prev = this.seen.get(k);
       const age = ownStored === undefined ? 0 : Math.max(0, ownStored - entry.created.getTime());
       if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at: at - age, value });
-      else if (k !== this.key && at - prev.at > forgetAfter) {
-        // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision).
+      else if (k !== this.key && at - prev.at > Math.max(forgetAfter, this.leaseOf(prev.value))) {
+        // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision);
+        // never within the lease it stored (a member with a longer lease may still be within its deadline).
         await kv.delete(k, { previousSeq: entry.revision }).catch(() => undefined);
         this.logger.info({ gone: prev.value.id }, "forgot a member that left without a word");
       }

@@ -13,6 +13,7 @@ import type { StoredLeaseValue } from "../../src/group/lease-value.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { deferrals, withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";
+import { startBlackHoleProxy } from "../helpers/blackhole-proxy.js";
 
 /**
  * Member mode (member-session.ts, session-judge.ts, lease-mode.ts): a member's leases are renewed by
@@ -39,15 +40,15 @@ interface SessionMember {
 }
 
 /** A member as a relay runs one: its connection, its membership with a session, a lease per key (not started). */
-async function sessionMember(defer: (fn: () => unknown) => void, bucket: string, id: string, keys: readonly string[]): Promise<SessionMember> {
-  const nc = await connect({ servers: node.url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+async function sessionMember(defer: (fn: () => unknown) => void, bucket: string, id: string, keys: readonly string[], leaseMs = LEASE_MS, url = node.url): Promise<SessionMember> {
+  const nc = await connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
   defer(() => nc.close());
-  const sessions = groupSessions({ leaseMs: LEASE_MS, renewMs: RENEW_MS }, logger);
-  const membership = new GroupMembership({ nc, bucket, member: { id, name: id }, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger, sessions });
+  const sessions = groupSessions({ leaseMs, renewMs: RENEW_MS }, logger);
+  const membership = new GroupMembership({ nc, bucket, member: { id, name: id }, leaseMs, renewMs: RENEW_MS, logger, sessions });
   defer(() => membership.stop());
   const losses: string[] = [];
   const leases = keys.map((key) => {
-    const lease = new LinkLease({ nc, bucket, key, owner: id, leaseMs: LEASE_MS, renewMs: RENEW_MS, logger, sessions });
+    const lease = new LinkLease({ nc, bucket, key, owner: id, leaseMs, renewMs: RENEW_MS, logger, sessions });
     lease.onLost((reason) => losses.push(reason));
     defer(() => lease.stop());
     return lease;
@@ -194,4 +195,45 @@ test("an evicted member learns it at its next member write: its leases in member
     },
     { name: "a owns both again, in a new session", timeoutMs: 10_000 },
   );
+});
+
+test("an operator deletes the member key of an owner that has gone silent: the other member (its own lease shorter) takes nothing within the owner's lease, and the two are never both owners", async (t) => {
+  const defer = deferrals(t);
+  const bucket = uniqueName("grp");
+  const keys = [uniqueName("link1"), uniqueName("link2")];
+  const ownerLeaseMs = 3_000;
+  // a reaches the server through a proxy that can go silent: a owner still within its deadline that cannot
+  // write (paused, partitioned) is what a delete must not be mistaken for the end of.
+  const proxy = await startBlackHoleProxy({ port: node.port });
+  defer(() => proxy.close());
+  const a = await sessionMember(defer, bucket, "a", keys, ownerLeaseMs, `nats://127.0.0.1:${proxy.port}`);
+  for (const l of a.leases) l.start();
+  const operator = await connect({ servers: node.url });
+  defer(() => operator.close());
+  const kv = await openKv(operator, bucket);
+  await inMemberMode(a, kv, keys);
+  // b runs with a shorter group.lease than a (a rolling restart that changes it).
+  const b = await sessionMember(defer, bucket, "b", keys, 1_000);
+  await check(() => b.membership.members.length === 2, { name: "b sees a and itself", timeoutMs: 5_000 });
+  for (const l of b.leases) l.start();
+  await check(() => b.leases.every((l) => l.state === "contending"), { name: "b contends", timeoutMs: 5_000 });
+
+  proxy.blackHole();
+  // `nats kv del`: a plain delete, no CAS.
+  const deletedAt = performance.now();
+  await kv.delete(memberKeyOf("a"));
+  let both = 0;
+  let bOwnedAfterMs: number | undefined;
+  await check(
+    () => {
+      for (let i = 0; i < keys.length; i++) if (a.leases[i]!.valid() && b.leases[i]!.valid()) both++;
+      if (bOwnedAfterMs === undefined && b.leases.some((l) => l.valid())) bOwnedAfterMs = performance.now() - deletedAt;
+      return b.leases.every((l) => l.valid());
+    },
+    { name: "b owns every key", timeoutMs: 4 * ownerLeaseMs, intervalMs: 5 },
+  );
+  assert.equal(both, 0, "never both owners");
+  assert.ok((bOwnedAfterMs ?? 0) >= ownerLeaseMs, `b owned a lease ${Math.round(bOwnedAfterMs ?? 0)} ms after the delete, within a's lease (${ownerLeaseMs} ms)`);
+  assert.ok(a.leases.every((l) => !l.valid()), "a is fenced");
+  proxy.restore();
 });
