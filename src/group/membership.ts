@@ -40,6 +40,8 @@ export interface MembershipOptions {
    * written as before (no session: every lease renews its own key).
    */
   readonly sessions?: { readonly own: MemberSession; readonly judge: SessionJudge };
+  /** A request to the group bucket failed: `transient` (an election, a timeout: retried) or `gone` (stream not found). */
+  readonly onBucketFailure?: (kind: "transient" | "gone") => void;
 }
 
 /** A live member as this process sees it. */
@@ -215,7 +217,9 @@ export class GroupMembership {
         // An election of the bucket's stream ("no responders", a timeout) is transient: the session
         // goes on until its own deadline (member-session.ts), and the next write renews it. Only a
         // bucket proven gone ends it.
-        if (await bucketGoneAfter(this.kv, err)) {
+        const gone = await bucketGoneAfter(this.kv, err);
+        this.opts.onBucketFailure?.(gone ? "gone" : "transient");
+        if (gone) {
           // Deleted (or an R1 bucket lost): open it again (created when missing), and watch the new one.
           this.kv = undefined;
           this.opts.sessions?.judge.attach(undefined);

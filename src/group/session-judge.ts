@@ -28,6 +28,9 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  * incarnation (`attach`): a bucket deleted and created again restarts its revisions at 1, and what was
  * seen or proven of the old one is forgotten.
  */
+/** How a judge proved a session over without evicting it (`relay_group_sessions_over_total{proof}`). */
+export type SessionProof = "new_session" | "key_deleted" | "key_written" | "key_absent";
+
 export class SessionJudge {
   /** member key → the newest revision seen and the local time it was first seen (own monotonic clock). */
   private readonly observed = new Map<string, { readonly revision: number; readonly at: number }>();
@@ -45,7 +48,13 @@ export class SessionJudge {
   private generation = 0;
 
   constructor(
-    private readonly opts: { readonly leaseMs: number; readonly now: () => number; readonly logger: Logger; readonly onEvicted?: () => void },
+    private readonly opts: {
+      readonly leaseMs: number;
+      readonly now: () => number;
+      readonly logger: Logger;
+      readonly onEvicted?: () => void;
+      readonly onOver?: (proof: SessionProof) => void;
+    },
   ) {}
 
   /**
@@ -118,7 +127,7 @@ export class SessionJudge {
       if (value.leaseMs !== undefined) this.noteLease(key, value.leaseMs);
       const its = value.session ?? entry.revision;
       // Its own later session: it starts one only once its chain was refused and the old one ended.
-      if (its > session) return this.proven(key, session, member, generation, `it began a new session (revision ${entry.revision})`);
+      if (its > session) return this.proven(key, session, member, generation, `it began a new session (revision ${entry.revision})`, "new_session");
       if (its === session) return this.evict(kv, key, member, session, generation, entry.revision);
       return false;
     }
@@ -129,7 +138,8 @@ export class SessionJudge {
     const unchangedMs = this.opts.now() - (seen?.at ?? Infinity);
     if (seen?.revision !== entry.revision || unchangedMs < leaseMs) return false;
     const what = entry.operation === "PUT" ? "written by another" : entry.operation === "DEL" ? "deleted" : "purged";
-    return this.proven(key, session, member, generation, `its member key was ${what} (revision ${entry.revision}) and stayed so ${Math.round(unchangedMs)} ms (its lease: ${leaseMs} ms)`);
+    const proof = entry.operation === "PUT" ? "key_written" : "key_deleted";
+    return this.proven(key, session, member, generation, `its member key was ${what} (revision ${entry.revision}) and stayed so ${Math.round(unchangedMs)} ms (its lease: ${leaseMs} ms)`, proof);
   }
 
   /** The session's last write, unchanged for its lease by this member's clock: deleted by CAS on it (eviction). */
@@ -158,7 +168,7 @@ export class SessionJudge {
     }
     const leaseMs = this.leaseOf(key);
     if (now - since < leaseMs) return false;
-    return this.proven(key, session, member, generation, `its member key is gone (absent for ${Math.round(now - since)} ms; its lease: ${leaseMs} ms)`);
+    return this.proven(key, session, member, generation, `its member key is gone (absent for ${Math.round(now - since)} ms; its lease: ${leaseMs} ms)`, "key_absent");
   }
 
   /** The member's stored lease (the longest seen), else this member's own. */
@@ -170,10 +180,12 @@ export class SessionJudge {
     if (Number.isFinite(leaseMs) && leaseMs > 0 && leaseMs > (this.leases.get(key) ?? 0)) this.leases.set(key, leaseMs);
   }
 
-  private proven(key: string, session: number, member: string, generation: number, why: string): boolean {
+  /** `proof`: how, when not by this member's eviction (counted by `onEvicted`). */
+  private proven(key: string, session: number, member: string, generation: number, why: string, proof?: SessionProof): boolean {
     if (generation !== this.generation) return false;
     if ((this.over.get(key) ?? 0) < session) {
       this.over.set(key, session);
+      if (proof) this.opts.onOver?.(proof);
       this.opts.logger.info({ member, session }, `the session of member ${member} is over: ${why}`);
     }
     return true;
@@ -198,11 +210,11 @@ function parseMember(entry: KvEntry): { id: string; session?: number; leaseMs?: 
 export function groupSessions(
   group: { readonly leaseMs: number; readonly renewMs: number },
   logger: Logger,
-  counted: { evicted(): void; ended(): void } = { evicted: () => {}, ended: () => {} },
+  counted: { evicted(): void; ended(): void; over?(proof: SessionProof): void } = { evicted: () => {}, ended: () => {} },
 ): { own: MemberSession; judge: SessionJudge } {
   const now = () => performance.now();
   return {
     own: new MemberSession({ leaseMs: group.leaseMs, marginMs: group.renewMs / 2, now, onEnded: () => counted.ended() }),
-    judge: new SessionJudge({ leaseMs: group.leaseMs, now, logger, onEvicted: () => counted.evicted() }),
+    judge: new SessionJudge({ leaseMs: group.leaseMs, now, logger, onEvicted: () => counted.evicted(), onOver: (proof) => counted.over?.(proof) }),
   };
 }

@@ -144,9 +144,15 @@ for (const fault of [STEPDOWN, KILL]) {
     const lost = await Promise.all(
       urls.map((u) => scrapeMetric(u, "relay_lease_transitions_total", { link: "a-to-b", reason: "lost" })),
     );
+    const failures = await Promise.all(
+      urls.map(async (u) => ({
+        transient: await scrapeMetric(u, "relay_group_bucket_failures_total", { kind: "transient" }),
+        gone: await scrapeMetric(u, "relay_group_bucket_failures_total", { kind: "gone" }),
+      })),
+    );
     const liveness = mergeLiveness(await Promise.all(probes.map((p) => p.stop())));
     t.diagnostic(
-      `leaders stepped down: ${leaders.join(", ")}; longest idle of the destination: ${longestIdleMs} ms; leases lost per relay: ${lost.join(", ")}`,
+      `leaders stepped down: ${leaders.join(", ")}; longest idle of the destination: ${longestIdleMs} ms; leases lost per relay: ${lost.join(", ")}; group bucket failures per relay: ${JSON.stringify(failures)}`,
     );
     const codes = await Promise.all(relays.map((r) => terminate(r)));
     const report = {
@@ -162,6 +168,12 @@ for (const fault of [STEPDOWN, KILL]) {
     if (stuck) throw withReport(stuck, report);
     assertDelivery(report);
     assert.deepEqual(lost, [0, 0], "no relay lost the link's lease to an election");
+    // A member write meets an election only when one falls into it (not asserted); none may be taken for a bucket gone.
+    assert.deepEqual(
+      failures.map((f) => f.gone),
+      [0, 0],
+      `no group bucket failure counted as gone: ${JSON.stringify(failures)}`,
+    );
     // A killed node may lead the destination stream too: its election pauses the destination itself.
     if (fault.maxIdleMs !== undefined) {
       assert.ok(

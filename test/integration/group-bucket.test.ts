@@ -30,15 +30,31 @@ test("a write to a deleted group bucket meets no responders, which alone proves 
   const bucket = uniqueName("grp");
   const kv = await openGroupBucket({ nc, bucket, timeoutMs: 1_000 });
   const revision = await kv.put("k", "v");
-  const writeErr = await kv.update("k", "v", revision + 5).then(() => undefined, (err: unknown) => err);
+  const writeErr = await kv.update("k", "v", revision + 5).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
   assert.ok(writeErr, "a CAS write on a stale revision fails");
-  assert.equal(await bucketGoneAfter(kv, writeErr), false, "a refused write of a bucket that exists proves nothing");
+  assert.equal(
+    await bucketGoneAfter(kv, writeErr),
+    false,
+    "a refused write of a bucket that exists proves nothing",
+  );
   await (await jetstreamManager(nc)).streams.delete(`KV_${bucket}`);
-  const err = await kv.put("k", "v").then(() => undefined, (e: unknown) => e);
-  assert.ok(err instanceof Error && err.name === "JetStreamNotEnabled", `a write to the deleted bucket: ${String(err)}`);
+  const err = await kv.put("k", "v").then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  assert.ok(
+    err instanceof Error && err.name === "JetStreamNotEnabled",
+    `a write to the deleted bucket: ${String(err)}`,
+  );
   assert.equal(isBucketGone(err), false, "no responders alone is not proof (an election answers the same)");
   assert.equal(await bucketGoneAfter(kv, err), true, "confirmed by a stream info: gone");
-  const readErr = await kv.get("k").then(() => undefined, (e: unknown) => e);
+  const readErr = await kv.get("k").then(
+    () => undefined,
+    (e: unknown) => e,
+  );
   assert.equal(isBucketGone(readErr), true, "a read answers stream not found");
 });
 
@@ -48,7 +64,17 @@ test("a member whose group bucket is deleted ends its session at its next write 
   const bucket = uniqueName("grp");
   const leaseMs = 5_000;
   const sessions = groupSessions({ leaseMs, renewMs: 250 }, logger);
-  const membership = new GroupMembership({ nc, bucket, member: { id: "a", name: "a" }, leaseMs, renewMs: 250, logger, sessions });
+  const failures: string[] = [];
+  const membership = new GroupMembership({
+    nc,
+    bucket,
+    member: { id: "a", name: "a" },
+    leaseMs,
+    renewMs: 250,
+    logger,
+    sessions,
+    onBucketFailure: (kind) => failures.push(kind),
+  });
   t.after(() => membership.stop());
   membership.start();
   await check(() => sessions.own.current() !== undefined, { name: "a's session begins", timeoutMs: 5_000 });
@@ -59,7 +85,11 @@ test("a member whose group bucket is deleted ends its session at its next write 
   await (await jetstreamManager(nc)).streams.delete(`KV_${bucket}`);
   await check(() => ended, { name: "a's session ends", timeoutMs: leaseMs });
   assert.ok(performance.now() - deletedAt < leaseMs / 2, "at its next write, well before its deadline");
-  await check(() => sessions.own.current() !== undefined, { name: "a new session in the bucket created again", timeoutMs: 5_000 });
+  assert.ok(failures.includes("gone"), `counted as gone: ${failures.join(", ")}`);
+  await check(() => sessions.own.current() !== undefined, {
+    name: "a new session in the bucket created again",
+    timeoutMs: 5_000,
+  });
   assert.ok((await (await jetstreamManager(nc)).streams.info(`KV_${bucket}`)).state.messages > 0);
   t.diagnostic(`sessions: ${first} then ${sessions.own.current()}`);
 });

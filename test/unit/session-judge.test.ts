@@ -16,10 +16,17 @@ function bucket(initial: Entry | null) {
     get: (_key: string) => Promise.resolve(entry ? { ...entry, json: () => entry?.value } : null),
     delete: (key: string, opts?: { previousSeq?: number }) => {
       deletes.push({ key, previousSeq: opts?.previousSeq });
-      return refuseDelete ? Promise.reject(Object.assign(new Error("wrong last sequence"), { api_error: { err_code: 10071 } })) : Promise.resolve();
+      return refuseDelete
+        ? Promise.reject(Object.assign(new Error("wrong last sequence"), { api_error: { err_code: 10071 } }))
+        : Promise.resolve();
     },
   };
-  return { kv: kv as unknown as KV, deletes, refuse: () => (refuseDelete = true), set: (e: Entry | null) => (entry = e) };
+  return {
+    kv: kv as unknown as KV,
+    deletes,
+    refuse: () => (refuseDelete = true),
+    set: (e: Entry | null) => (entry = e),
+  };
 }
 
 const silent = pino({ level: "silent" });
@@ -55,7 +62,11 @@ test("session judge: an eviction refused (the member wrote meanwhile) proves not
   b.set({ revision: 4, operation: "DEL" });
   assert.equal(await judge.ended("a", 7), false, "a revision before the session: a replica behind");
   b.set({ revision: 12, operation: "DEL" });
-  assert.equal(await judge.ended("a", 7), false, "deleted after the session began: its member may still be within its deadline");
+  assert.equal(
+    await judge.ended("a", 7),
+    false,
+    "deleted after the session began: its member may still be within its deadline",
+  );
   now = 5_999;
   assert.equal(await judge.ended("a", 7), false, "deleted, seen so for less than its lease");
   now = 6_000;
@@ -64,8 +75,14 @@ test("session judge: an eviction refused (the member wrote meanwhile) proves not
 
 test("session judge: an operator's delete of a live member's key proves nothing a CAS eviction would not, whatever the judge's own lease", async () => {
   let now = 0;
+  const proofs: string[] = [];
   // The judge runs with a 1 s lease; member a stored 3 s.
-  const judge = new SessionJudge({ leaseMs: 1_000, now: () => now, logger: silent });
+  const judge = new SessionJudge({
+    leaseMs: 1_000,
+    now: () => now,
+    logger: silent,
+    onOver: (p) => proofs.push(p),
+  });
   const key = memberKeyOf("a");
   const b = bucket({ revision: 20, operation: "PUT", value: { id: "a", session: 5, leaseMs: 3_000 } });
   judge.attach(b.kv, 1);
@@ -76,14 +93,31 @@ test("session judge: an operator's delete of a live member's key proves nothing 
   b.set({ revision: 21, operation: "DEL" });
   now = 200;
   judge.saw(key, 21);
-  assert.equal(await judge.ended("a", 5, 3_000), false, "a delete just seen: a may still be within its deadline");
+  assert.equal(
+    await judge.ended("a", 5, 3_000),
+    false,
+    "a delete just seen: a may still be within its deadline",
+  );
   now = 1_500;
-  assert.equal(await judge.ended("a", 5, 3_000), false, "the judge's own lease since the delete is not the member's");
+  assert.equal(
+    await judge.ended("a", 5, 3_000),
+    false,
+    "the judge's own lease since the delete is not the member's",
+  );
   now = 3_199;
-  assert.equal(await judge.ended("a", 5, 3_000), false, "less than the member's lease since the delete was first seen");
+  assert.equal(
+    await judge.ended("a", 5, 3_000),
+    false,
+    "less than the member's lease since the delete was first seen",
+  );
   now = 3_200;
-  assert.equal(await judge.ended("a", 5, 3_000), true, "its stored lease since the delete was first seen: over");
+  assert.equal(
+    await judge.ended("a", 5, 3_000),
+    true,
+    "its stored lease since the delete was first seen: over",
+  );
   assert.equal(b.deletes.length, 0, "no eviction of a deleted key");
+  assert.deepEqual(proofs, ["key_deleted"], "counted by its proof");
 
   // Another member whose key is written by someone else, then gone altogether (purged).
   const c = memberKeyOf("c");
@@ -122,7 +156,11 @@ test("session judge: what it proved and saw by the revisions of one bucket incar
   const fresh = bucket({ revision: 4, operation: "PUT", value: { id: "a", session: 3 } });
   judge.attach(fresh.kv, 2);
   judge.saw(key, 4);
-  assert.equal(await judge.ended("a", 3), false, "session 3 of the new bucket is live: a proof of session 50 of the old one says nothing");
+  assert.equal(
+    await judge.ended("a", 3),
+    false,
+    "session 3 of the new bucket is live: a proof of session 50 of the old one says nothing",
+  );
   // Member b crashed in the new bucket at revision 6 (session 6); the judge saw revision 90 of b in the old one.
   const b = memberKeyOf("b");
   judge.attach(old.kv, 1);
@@ -132,6 +170,10 @@ test("session judge: what it proved and saw by the revisions of one bucket incar
   now = 2_000;
   judge.saw(b, 6);
   now = 3_000;
-  assert.equal(await judge.ended("b", 6), true, "its last write unchanged for its lease since first seen in this incarnation: evicted");
+  assert.equal(
+    await judge.ended("b", 6),
+    true,
+    "its last write unchanged for its lease since first seen in this incarnation: evicted",
+  );
   assert.deepEqual(crashed.deletes, [{ key: b, previousSeq: 6 }]);
 });
