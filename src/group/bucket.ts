@@ -1,6 +1,7 @@
 import { JetStreamApiCodes, jetstream } from "@nats-io/jetstream";
 import { Bucket, Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
+import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
@@ -115,6 +116,20 @@ export async function listKeysOfIncarnation(kv: KV, filter: string): Promise<{ k
 export async function forgetKey(kv: KV, key: string): Promise<void> {
   const bucket = asBucket(kv, "forgetKey");
   await bucket.jsm.streams.purge(bucket.stream, { filter: bucket.fullKeyName(key) });
+}
+
+/**
+ * Deletes `key` by compare-and-set on `previousSeq`, as `kv.delete(key, { previousSeq })` does, with
+ * `note` (JSON) as the delete marker's body: KV clients see an ordinary delete, and a reader of the key
+ * learns why it was deleted (an eviction, session-judge.ts). Rejects with the CAS conflict (10071) when
+ * the key changed.
+ */
+export async function deleteKeyWithNote(kv: KV, key: string, previousSeq: number, note: object): Promise<void> {
+  const bucket = asBucket(kv, "deleteKeyWithNote");
+  const h = headers();
+  h.set("KV-Operation", "DEL");
+  h.set("Nats-Expected-Last-Subject-Sequence", String(previousSeq));
+  await bucket.js.publish(bucket.subjectForKey(bucket.encodeKey(key), true), JSON.stringify(note), { headers: h });
 }
 
 /** The bucket's implementation (its stream and subjects), for the stream requests the KV API lacks. */

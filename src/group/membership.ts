@@ -306,7 +306,7 @@ export class GroupMembership {
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
-          this.opts.sessions?.judge.saw(e.key, e.revision); // a write or a delete: received now
+          this.opts.sessions?.judge.saw(e.key, e.revision, e.operation); // a write or a delete: received now
           const known = this.seen.get(e.key);
           if (e.operation !== "PUT" || !known || (!known.value.leaving && parse(e.string())?.leaving)) {
             this.wake(); // joined or left (or leaving): read everything now
@@ -336,7 +336,7 @@ export class GroupMembership {
     const at = this.now();
     const read = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
     // Received now: a session judge's clock for these revisions starts here, never earlier.
-    for (const e of read) if (e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision);
+    for (const e of read) if (e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision, e.operation);
     const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.

@@ -1,6 +1,7 @@
 import type { KV, KvEntry } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { toRelayError } from "../errors.js";
+import { deleteKeyWithNote } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MemberSession, memberKeyOf } from "./member-session.js";
 
@@ -15,7 +16,8 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  * - this member evicted it: a delete of the member key by CAS on a revision it has seen unchanged, by
  *   its own clock since it first received it, for the lease that member stored. The owner's last
  *   successful write was sent before that revision was received, so its deadline has passed; any later
- *   write of its chain would have failed the CAS; or
+ *   write of its chain would have failed the CAS. Its delete marker names the session it ended, so
+ *   another member's eviction proves the same to every judge; or
  * - the chain was broken by another write (an operator's delete or purge, a write that is not the
  *   member's, the key gone altogether) and this member has seen that state unchanged, by its own clock
  *   since it first received it, for the lease the member stored. A delete proves no more than a CAS
@@ -29,11 +31,16 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  * seen or proven of the old one is forgotten.
  */
 /** How a judge proved a session over without evicting it (`relay_group_sessions_over_total{proof}`). */
-export type SessionProof = "new_session" | "key_deleted" | "key_written" | "key_absent";
+export type SessionProof = "new_session" | "evicted_by_another" | "key_deleted" | "key_written" | "key_absent";
+
+/** The body of an eviction's delete marker: which session of which member it ended. */
+interface EvictionNote {
+  readonly evicted: { readonly id: string; readonly session: number };
+}
 
 export class SessionJudge {
-  /** member key → the newest revision seen and the local time it was first seen (own monotonic clock). */
-  private readonly observed = new Map<string, { readonly revision: number; readonly at: number }>();
+  /** member key → the newest revision seen, the local time it was first seen (own monotonic clock), and whether it is a write (not a delete). */
+  private readonly observed = new Map<string, { readonly revision: number; readonly at: number; readonly put: boolean }>();
   /** member key → every session of that member up to this one is over. */
   private readonly over = new Map<string, number>();
   /** member key → when this member first read it absent (no message at all: purged), own clock. */
@@ -54,6 +61,8 @@ export class SessionJudge {
       readonly logger: Logger;
       readonly onEvicted?: () => void;
       readonly onOver?: (proof: SessionProof) => void;
+      /** How an eviction deletes the member key (default `deleteKeyWithNote`: a CAS delete whose marker names the session). */
+      readonly deleteKey?: (kv: KV, key: string, previousSeq: number, note: EvictionNote) => Promise<void>;
     },
   ) {}
 
@@ -76,10 +85,10 @@ export class SessionJudge {
     this.pending.clear();
   }
 
-  /** A revision of a member key received just now (a read's reply or the watch; a write or a delete). */
-  saw(key: string, revision: number): void {
+  /** A revision of a member key received just now (a read's reply or the watch): a write, or (`operation`) a delete or purge. */
+  saw(key: string, revision: number, operation: "PUT" | "DEL" | "PURGE" = "PUT"): void {
     const known = this.observed.get(key);
-    if (!known || known.revision < revision) this.observed.set(key, { revision, at: this.opts.now() });
+    if (!known || known.revision < revision) this.observed.set(key, { revision, at: this.opts.now(), put: operation === "PUT" });
   }
 
   /**
@@ -93,8 +102,8 @@ export class SessionJudge {
     if (memberLeaseMs !== undefined) this.noteLease(key, memberLeaseMs);
     if ((this.over.get(key) ?? 0) >= session) return Promise.resolve(true);
     const known = this.observed.get(key);
-    // A revision of the session received within our own lease: nothing to prove yet, no read.
-    if (known && known.revision >= session && this.opts.now() - known.at < this.opts.leaseMs) return Promise.resolve(false);
+    // A write of the session received within our own lease: nothing to prove yet, no read (a delete is read).
+    if (known?.put && known.revision >= session && this.opts.now() - known.at < this.opts.leaseMs) return Promise.resolve(false);
     // The leases of one member held under one session share a judgement (not those of another session).
     const asked = `${key}@${session}`;
     let run = this.pending.get(asked);
@@ -121,7 +130,7 @@ export class SessionJudge {
     if (!entry) return this.absent(key, member, session, generation);
     this.absentSince.delete(key);
     if (entry.revision < session) return false; // a replica behind: prove nothing
-    this.saw(key, entry.revision);
+    this.saw(key, entry.revision, entry.operation);
     const value = entry.operation === "PUT" ? parseMember(entry) : undefined;
     if (value?.id === member) {
       if (value.leaseMs !== undefined) this.noteLease(key, value.leaseMs);
@@ -130,6 +139,12 @@ export class SessionJudge {
       if (its > session) return this.proven(key, session, member, generation, `it began a new session (revision ${entry.revision})`, "new_session");
       if (its === session) return this.evict(kv, key, member, session, generation, entry.revision);
       return false;
+    }
+    // Another member's eviction (a CAS delete on the session's last write, unchanged for its lease by
+    // that member's clock): the same proof as this member's own eviction.
+    const note = entry.operation === "DEL" ? parseEviction(entry) : undefined;
+    if (note?.id === member && note.session >= session) {
+      return this.proven(key, session, member, generation, `another member evicted it (revision ${entry.revision})`, "evicted_by_another");
     }
     // Broken by another write (a delete, a purge, someone else's value): its member may still be
     // within its deadline, and stops at its next refused write. Over once unchanged for its lease.
@@ -149,7 +164,7 @@ export class SessionJudge {
     const unchangedMs = this.opts.now() - (seen?.at ?? Infinity);
     if (seen?.revision !== revision || unchangedMs < leaseMs) return false;
     try {
-      await kv.delete(key, { previousSeq: revision });
+      await (this.opts.deleteKey ?? deleteKeyWithNote)(kv, key, revision, { evicted: { id: member, session } });
     } catch (err) {
       if (isCasConflict(err)) return false; // it wrote meanwhile: alive
       throw err;
@@ -189,6 +204,17 @@ export class SessionJudge {
       this.opts.logger.info({ member, session }, `the session of member ${member} is over: ${why}`);
     }
     return true;
+  }
+}
+
+/** The eviction a delete marker names, if it is one (a plain delete has no body). */
+function parseEviction(entry: KvEntry): EvictionNote["evicted"] | undefined {
+  try {
+    const v = entry.json<{ evicted?: { id?: unknown; session?: unknown } }>();
+    const e = v?.evicted;
+    return typeof e?.id === "string" && typeof e.session === "number" && Number.isFinite(e.session) ? { id: e.id, session: e.session } : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -3,7 +3,8 @@ import { after, before, test } from "node:test";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { pino } from "pino";
-import { bucketGoneAfter, isBucketGone, openGroupBucket } from "../../src/group/bucket.js";
+import { bucketGoneAfter, deleteKeyWithNote, isBucketGone, openGroupBucket } from "../../src/group/bucket.js";
+import { isCasConflict } from "../../src/group/lease-value.js";
 import { GroupMembership } from "../../src/group/membership.js";
 import { groupSessions } from "../../src/group/session-judge.js";
 import { check, uniqueName } from "../helpers/check.js";
@@ -56,6 +57,26 @@ test("a write to a deleted group bucket meets no responders, which alone proves 
     (e: unknown) => e,
   );
   assert.equal(isBucketGone(readErr), true, "a read answers stream not found");
+});
+
+test("an eviction's delete is a CAS delete whose marker names what it ended: refused when the key changed, read back as a delete with its note", async (t) => {
+  const nc = await connect({ servers: node.url });
+  t.after(() => nc.close());
+  const kv = await openGroupBucket({ nc, bucket: uniqueName("grp"), timeoutMs: 1_000 });
+  const key = "_group.members.a";
+  const revision = await kv.put(key, JSON.stringify({ id: "a", name: "a" }));
+  const refused = await deleteKeyWithNote(kv, key, revision - 1 || revision + 1, {
+    evicted: { id: "a", session: revision },
+  }).then(
+    () => undefined,
+    (err: unknown) => err,
+  );
+  assert.ok(isCasConflict(refused), `a stale revision is refused as a CAS conflict: ${String(refused)}`);
+  await deleteKeyWithNote(kv, key, revision, { evicted: { id: "a", session: revision } });
+  const entry = await kv.get(key);
+  assert.equal(entry?.operation, "DEL", "an ordinary delete to KV clients");
+  assert.deepEqual(entry?.json(), { evicted: { id: "a", session: revision } });
+  assert.ok((await kv.create(key, "{}")) > revision, "a new chain can begin on it (create after a delete)");
 });
 
 test("a member whose group bucket is deleted ends its session at its next write (not at its deadline) and starts a new one in the bucket it creates again", async (t) => {

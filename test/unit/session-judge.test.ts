@@ -1,5 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { JetStreamApiError } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { pino } from "pino";
 import { SessionJudge } from "../../src/group/session-judge.js";
@@ -7,17 +8,20 @@ import { memberKeyOf } from "../../src/group/member-session.js";
 
 type Entry = { revision: number; operation: "PUT" | "DEL" | "PURGE"; value?: object };
 
-/** A group bucket holding one member key (or none), as far as a judge reads and writes it (a real server in test/integration/member-mode.test.ts). */
+/** A group bucket holding one member key (or none), as far as a judge reads it (a real server in test/integration/member-mode.test.ts). */
 function bucket(initial: Entry | null) {
-  const deletes: { key: string; previousSeq: number | undefined }[] = [];
+  const deletes: { key: string; previousSeq: number; note?: object }[] = [];
   let entry = initial;
   let refuseDelete = false;
   const kv = {
     get: (_key: string) => Promise.resolve(entry ? { ...entry, json: () => entry?.value } : null),
-    delete: (key: string, opts?: { previousSeq?: number }) => {
-      deletes.push({ key, previousSeq: opts?.previousSeq });
+    /** The judge's eviction (a CAS delete whose marker names the session), recorded. */
+    evict: (key: string, previousSeq: number, note: object): Promise<void> => {
+      deletes.push({ key, previousSeq, note });
       return refuseDelete
-        ? Promise.reject(Object.assign(new Error("wrong last sequence"), { api_error: { err_code: 10071 } }))
+        ? Promise.reject(
+            new JetStreamApiError({ err_code: 10071, code: 400, description: "wrong last sequence" }),
+          )
         : Promise.resolve();
     },
   };
@@ -31,9 +35,20 @@ function bucket(initial: Entry | null) {
 
 const silent = pino({ level: "silent" });
 
+/** A judge whose evictions go to the fake bucket they are made in. */
+function newJudge(opts: ConstructorParameters<typeof SessionJudge>[0]): SessionJudge {
+  const deleteKey = (kv: KV, key: string, previousSeq: number, note: object) =>
+    (kv as unknown as { evict: (k: string, s: number, n: object) => Promise<void> }).evict(
+      key,
+      previousSeq,
+      note,
+    );
+  return new SessionJudge({ ...opts, deleteKey });
+}
+
 test("session judge: a session is over only on proof, and leases of another session of the same member are judged on their own", async () => {
   let now = 0;
-  const judge = new SessionJudge({ leaseMs: 1_000, now: () => now, logger: silent });
+  const judge = newJudge({ leaseMs: 1_000, now: () => now, logger: silent });
   // Member a is on its session 5 (first written at revision 5), last written at revision 9.
   const b = bucket({ revision: 9, operation: "PUT", value: { id: "a", session: 5, leaseMs: 1_000 } });
   judge.attach(b.kv, 1);
@@ -46,13 +61,17 @@ test("session judge: a session is over only on proof, and leases of another sess
   assert.equal(b.deletes.length, 0);
   now = 1_000;
   assert.equal(await judge.ended("a", 5), true, "unchanged for its lease (own clock): evicted");
-  assert.deepEqual(b.deletes, [{ key: memberKeyOf("a"), previousSeq: 9 }], "by CAS on the revision it saw");
+  assert.deepEqual(
+    b.deletes,
+    [{ key: memberKeyOf("a"), previousSeq: 9, note: { evicted: { id: "a", session: 5 } } }],
+    "by CAS on the revision it saw, its marker naming the session",
+  );
   assert.equal(await judge.ended("a", 5), true, "remembered");
 });
 
 test("session judge: an eviction refused (the member wrote meanwhile) proves nothing; a replica behind proves nothing; a delete proves nothing until unchanged for the member's lease", async () => {
   let now = 0;
-  const judge = new SessionJudge({ leaseMs: 1_000, now: () => now, logger: silent });
+  const judge = newJudge({ leaseMs: 1_000, now: () => now, logger: silent });
   const b = bucket({ revision: 9, operation: "PUT", value: { id: "a", session: 5 } });
   judge.attach(b.kv, 1);
   judge.saw(memberKeyOf("a"), 9);
@@ -77,7 +96,7 @@ test("session judge: an operator's delete of a live member's key proves nothing 
   let now = 0;
   const proofs: string[] = [];
   // The judge runs with a 1 s lease; member a stored 3 s.
-  const judge = new SessionJudge({
+  const judge = newJudge({
     leaseMs: 1_000,
     now: () => now,
     logger: silent,
@@ -92,7 +111,7 @@ test("session judge: an operator's delete of a live member's key proves nothing 
   // An operator deletes a's key at revision 21; the judge receives it at 200 (through the watch).
   b.set({ revision: 21, operation: "DEL" });
   now = 200;
-  judge.saw(key, 21);
+  judge.saw(key, 21, "DEL");
   assert.equal(
     await judge.ended("a", 5, 3_000),
     false,
@@ -122,7 +141,7 @@ test("session judge: an operator's delete of a live member's key proves nothing 
   // Another member whose key is written by someone else, then gone altogether (purged).
   const c = memberKeyOf("c");
   const other = bucket({ revision: 30, operation: "PUT", value: { id: "not-c" } });
-  const judge2 = new SessionJudge({ leaseMs: 1_000, now: () => now, logger: silent });
+  const judge2 = newJudge({ leaseMs: 1_000, now: () => now, logger: silent });
   judge2.attach(other.kv, 1);
   judge2.saw(c, 30);
   assert.equal(await judge2.ended("c", 25, 2_000), false, "a foreign write: not over yet");
@@ -136,7 +155,7 @@ test("session judge: an operator's delete of a live member's key proves nothing 
 });
 
 test("session judge: the member's own later session proves the earlier one over at once", async () => {
-  const judge = new SessionJudge({ leaseMs: 1_000, now: () => 0, logger: silent });
+  const judge = newJudge({ leaseMs: 1_000, now: () => 0, logger: silent });
   const b = bucket({ revision: 40, operation: "PUT", value: { id: "a", session: 38 } });
   judge.attach(b.kv, 1);
   assert.equal(await judge.ended("a", 30), true);
@@ -145,7 +164,7 @@ test("session judge: the member's own later session proves the earlier one over 
 
 test("session judge: what it proved and saw by the revisions of one bucket incarnation is forgotten when another is attached", async () => {
   let now = 0;
-  const judge = new SessionJudge({ leaseMs: 1_000, now: () => now, logger: silent });
+  const judge = newJudge({ leaseMs: 1_000, now: () => now, logger: silent });
   const key = memberKeyOf("a");
   const old = bucket({ revision: 100, operation: "PUT", value: { id: "a", session: 50 } });
   judge.attach(old.kv, 1);
@@ -175,5 +194,31 @@ test("session judge: what it proved and saw by the revisions of one bucket incar
     true,
     "its last write unchanged for its lease since first seen in this incarnation: evicted",
   );
-  assert.deepEqual(crashed.deletes, [{ key: b, previousSeq: 6 }]);
+  assert.deepEqual(crashed.deletes, [{ key: b, previousSeq: 6, note: { evicted: { id: "b", session: 6 } } }]);
+});
+
+test("session judge: another member's eviction (its delete marker names the session) proves the session over at once; a plain delete does not", async () => {
+  let now = 0;
+  const proofs: string[] = [];
+  const judge = newJudge({ leaseMs: 1_000, now: () => now, logger: silent, onOver: (p) => proofs.push(p) });
+  const key = memberKeyOf("a");
+  const b = bucket({ revision: 30, operation: "DEL", value: { evicted: { id: "a", session: 5 } } });
+  judge.attach(b.kv, 1);
+  judge.saw(key, 30, "DEL");
+  assert.equal(await judge.ended("a", 5), true, "evicted by another member: over");
+  assert.equal(await judge.ended("a", 4), true, "and every earlier session");
+  assert.deepEqual(proofs, ["evicted_by_another"]);
+  const other = bucket({ revision: 31, operation: "DEL", value: { evicted: { id: "x", session: 9 } } });
+  judge.attach(other.kv, 2);
+  now = 10;
+  judge.saw(memberKeyOf("c"), 31, "DEL");
+  assert.equal(await judge.ended("c", 9), false, "a marker naming another member proves nothing at once");
+  const later = bucket({ revision: 32, operation: "DEL", value: { evicted: { id: "d", session: 3 } } });
+  judge.attach(later.kv, 3);
+  judge.saw(memberKeyOf("d"), 32, "DEL");
+  assert.equal(
+    await judge.ended("d", 7),
+    false,
+    "a marker naming an earlier session proves nothing of a later one",
+  );
 });
