@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { bucketGoneAfter, forgetKey, listKeysOfIncarnation, openGroupBucket } from "./bucket.js";
+import { bucketGoneAfter, deleteKeyWithNote, forgetKey, listKeysOfIncarnation, openGroupBucket } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MEMBER_PREFIX, memberKeyOf } from "./member-session.js";
 import type { MemberSession } from "./member-session.js";
@@ -168,7 +168,7 @@ export class GroupMembership {
       await this.running;
       this.opts.sessions?.own.ended();
       if (this.kv) {
-        await withDeadline(this.kv.delete(this.key), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
+        await withDeadline(this.deleteOwnKey(this.kv), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
           this.logger.warn({ err: toRelayError(err).message }, "could not delete this member's key: the others see it leave when it expires");
         });
       }
@@ -179,6 +179,24 @@ export class GroupMembership {
 
   closed(): Promise<void> {
     return this.closedPromise;
+  }
+
+  /**
+   * The key's last delete, once the session ended in this process: by CAS on the chain's last write,
+   * its marker naming the session ended (a proof for the others' judges, session-judge.ts, so a lease
+   * this member could not release is taken at once). The key written by another meanwhile, a plain
+   * delete (it proves nothing).
+   */
+  private async deleteOwnKey(kv: KV): Promise<void> {
+    const chain = this.chain;
+    if (chain) {
+      try {
+        return await deleteKeyWithNote(kv, this.key, chain.revision, { ended: { id: this.opts.member.id, session: chain.session } });
+      } catch (err) {
+        if (!isCasConflict(err)) throw err;
+      }
+    }
+    await kv.delete(this.key);
   }
 
   private async loop(): Promise<void> {

@@ -17,7 +17,8 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  *   its own clock since it first received it, for the lease that member stored. The owner's last
  *   successful write was sent before that revision was received, so its deadline has passed; any later
  *   write of its chain would have failed the CAS. Its delete marker names the session it ended, so
- *   another member's eviction proves the same to every judge; or
+ *   another member's eviction proves the same to every judge (as does the marker the member itself
+ *   writes as it stops, after its session ended in its own process); or
  * - the chain was broken by another write (an operator's delete or purge, a write that is not the
  *   member's, the key gone altogether) and this member has seen that state unchanged, by its own clock
  *   since it first received it, for the lease the member stored. A delete proves no more than a CAS
@@ -31,11 +32,15 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  * seen or proven of the old one is forgotten.
  */
 /** How a judge proved a session over without evicting it (`relay_group_sessions_over_total{proof}`). */
-export type SessionProof = "new_session" | "evicted_by_another" | "key_deleted" | "key_written" | "key_absent";
+export type SessionProof = "new_session" | "ended_marker" | "key_deleted" | "key_written" | "key_absent";
 
-/** The body of an eviction's delete marker: which session of which member it ended. */
-interface EvictionNote {
-  readonly evicted: { readonly id: string; readonly session: number };
+/**
+ * The body of a member key's delete marker that proves a session over: written by an eviction (a CAS
+ * delete after the session's last write was unchanged for its lease) or by the member itself as it
+ * stops (after its session ended in its own process). A plain delete has no body.
+ */
+export interface EndedNote {
+  readonly ended: { readonly id: string; readonly session: number };
 }
 
 export class SessionJudge {
@@ -62,7 +67,7 @@ export class SessionJudge {
       readonly onEvicted?: () => void;
       readonly onOver?: (proof: SessionProof) => void;
       /** How an eviction deletes the member key (default `deleteKeyWithNote`: a CAS delete whose marker names the session). */
-      readonly deleteKey?: (kv: KV, key: string, previousSeq: number, note: EvictionNote) => Promise<void>;
+      readonly deleteKey?: (kv: KV, key: string, previousSeq: number, note: EndedNote) => Promise<void>;
     },
   ) {}
 
@@ -140,11 +145,12 @@ export class SessionJudge {
       if (its === session) return this.evict(kv, key, member, session, generation, entry.revision);
       return false;
     }
-    // Another member's eviction (a CAS delete on the session's last write, unchanged for its lease by
-    // that member's clock): the same proof as this member's own eviction.
-    const note = entry.operation === "DEL" ? parseEviction(entry) : undefined;
+    // A delete marker naming the session as ended: another member's eviction (a CAS delete on the
+    // session's last write, unchanged for its lease by that member's clock), the same proof as this
+    // member's own; or the member's own stop, written after its session ended in its process.
+    const note = entry.operation === "DEL" ? parseEndedNote(entry) : undefined;
     if (note?.id === member && note.session >= session) {
-      return this.proven(key, session, member, generation, `another member evicted it (revision ${entry.revision})`, "evicted_by_another");
+      return this.proven(key, session, member, generation, `its member key's delete marker names the session ended (revision ${entry.revision})`, "ended_marker");
     }
     // Broken by another write (a delete, a purge, someone else's value): its member may still be
     // within its deadline, and stops at its next refused write. Over once unchanged for its lease.
@@ -164,7 +170,7 @@ export class SessionJudge {
     const unchangedMs = this.opts.now() - (seen?.at ?? Infinity);
     if (seen?.revision !== revision || unchangedMs < leaseMs) return false;
     try {
-      await (this.opts.deleteKey ?? deleteKeyWithNote)(kv, key, revision, { evicted: { id: member, session } });
+      await (this.opts.deleteKey ?? deleteKeyWithNote)(kv, key, revision, { ended: { id: member, session } });
     } catch (err) {
       if (isCasConflict(err)) return false; // it wrote meanwhile: alive
       throw err;
@@ -207,11 +213,11 @@ export class SessionJudge {
   }
 }
 
-/** The eviction a delete marker names, if it is one (a plain delete has no body). */
-function parseEviction(entry: KvEntry): EvictionNote["evicted"] | undefined {
+/** The session a delete marker names as ended, if it does (a plain delete has no body). */
+function parseEndedNote(entry: KvEntry): EndedNote["ended"] | undefined {
   try {
-    const v = entry.json<{ evicted?: { id?: unknown; session?: unknown } }>();
-    const e = v?.evicted;
+    const v = entry.json<{ ended?: { id?: unknown; session?: unknown } }>();
+    const e = v?.ended;
     return typeof e?.id === "string" && typeof e.session === "number" && Number.isFinite(e.session) ? { id: e.id, session: e.session } : undefined;
   } catch {
     return undefined;

@@ -252,7 +252,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     groupSessionsOver: new Counter({
       name: "relay_group_sessions_over_total",
-      help: "Sessions of other members this relay judged over without evicting them, by proof (new_session: the member began another; evicted_by_another: another member's eviction; key_deleted|key_written|key_absent: its member key deleted, written by another or gone, and seen so for the member's whole lease)",
+      help: "Sessions of other members this relay judged over without evicting them, by proof (new_session: the member began another; ended_marker: its delete marker names the session ended, by another member's eviction or its own stop; key_deleted|key_written|key_absent: its member key deleted, written by another or gone, and seen so for the member's whole lease)",
       labelNames: ["proof"] as const,
       registers,
     }),

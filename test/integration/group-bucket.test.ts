@@ -66,16 +66,16 @@ test("an eviction's delete is a CAS delete whose marker names what it ended: ref
   const key = "_group.members.a";
   const revision = await kv.put(key, JSON.stringify({ id: "a", name: "a" }));
   const refused = await deleteKeyWithNote(kv, key, revision - 1 || revision + 1, {
-    evicted: { id: "a", session: revision },
+    ended: { id: "a", session: revision },
   }).then(
     () => undefined,
     (err: unknown) => err,
   );
   assert.ok(isCasConflict(refused), `a stale revision is refused as a CAS conflict: ${String(refused)}`);
-  await deleteKeyWithNote(kv, key, revision, { evicted: { id: "a", session: revision } });
+  await deleteKeyWithNote(kv, key, revision, { ended: { id: "a", session: revision } });
   const entry = await kv.get(key);
   assert.equal(entry?.operation, "DEL", "an ordinary delete to KV clients");
-  assert.deepEqual(entry?.json(), { evicted: { id: "a", session: revision } });
+  assert.deepEqual(entry?.json(), { ended: { id: "a", session: revision } });
   assert.ok((await kv.create(key, "{}")) > revision, "a new chain can begin on it (create after a delete)");
 });
 

@@ -63,7 +63,7 @@ test("session judge: a session is over only on proof, and leases of another sess
   assert.equal(await judge.ended("a", 5), true, "unchanged for its lease (own clock): evicted");
   assert.deepEqual(
     b.deletes,
-    [{ key: memberKeyOf("a"), previousSeq: 9, note: { evicted: { id: "a", session: 5 } } }],
+    [{ key: memberKeyOf("a"), previousSeq: 9, note: { ended: { id: "a", session: 5 } } }],
     "by CAS on the revision it saw, its marker naming the session",
   );
   assert.equal(await judge.ended("a", 5), true, "remembered");
@@ -194,7 +194,7 @@ test("session judge: what it proved and saw by the revisions of one bucket incar
     true,
     "its last write unchanged for its lease since first seen in this incarnation: evicted",
   );
-  assert.deepEqual(crashed.deletes, [{ key: b, previousSeq: 6, note: { evicted: { id: "b", session: 6 } } }]);
+  assert.deepEqual(crashed.deletes, [{ key: b, previousSeq: 6, note: { ended: { id: "b", session: 6 } } }]);
 });
 
 test("session judge: another member's eviction (its delete marker names the session) proves the session over at once; a plain delete does not", async () => {
@@ -202,18 +202,18 @@ test("session judge: another member's eviction (its delete marker names the sess
   const proofs: string[] = [];
   const judge = newJudge({ leaseMs: 1_000, now: () => now, logger: silent, onOver: (p) => proofs.push(p) });
   const key = memberKeyOf("a");
-  const b = bucket({ revision: 30, operation: "DEL", value: { evicted: { id: "a", session: 5 } } });
+  const b = bucket({ revision: 30, operation: "DEL", value: { ended: { id: "a", session: 5 } } });
   judge.attach(b.kv, 1);
   judge.saw(key, 30, "DEL");
   assert.equal(await judge.ended("a", 5), true, "evicted by another member: over");
   assert.equal(await judge.ended("a", 4), true, "and every earlier session");
-  assert.deepEqual(proofs, ["evicted_by_another"]);
-  const other = bucket({ revision: 31, operation: "DEL", value: { evicted: { id: "x", session: 9 } } });
+  assert.deepEqual(proofs, ["ended_marker"]);
+  const other = bucket({ revision: 31, operation: "DEL", value: { ended: { id: "x", session: 9 } } });
   judge.attach(other.kv, 2);
   now = 10;
   judge.saw(memberKeyOf("c"), 31, "DEL");
   assert.equal(await judge.ended("c", 9), false, "a marker naming another member proves nothing at once");
-  const later = bucket({ revision: 32, operation: "DEL", value: { evicted: { id: "d", session: 3 } } });
+  const later = bucket({ revision: 32, operation: "DEL", value: { ended: { id: "d", session: 3 } } });
   judge.attach(later.kv, 3);
   judge.saw(memberKeyOf("d"), 32, "DEL");
   assert.equal(
