@@ -5,6 +5,18 @@ import { deleteKeyWithNote } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MemberSession, memberKeyOf } from "./member-session.js";
 
+/** How a judge proved a session over without evicting it (`relay_group_sessions_over_total{proof}`). */
+export type SessionProof = "new_session" | "ended_marker" | "key_deleted" | "key_written" | "key_absent";
+
+/**
+ * The body of a member key's delete marker that proves a session over: written by an eviction (a CAS
+ * delete after the session's last write was unchanged for its lease) or by the member itself as it
+ * stops (after its session ended in its own process). A plain delete has no body.
+ */
+export interface EndedNote {
+  readonly ended: { readonly id: string; readonly session: number };
+}
+
 /**
  * A contender's judgement of another member's session (member-session.ts), for a lease whose key says
  * it is held in member mode under that session. The session is over, and the lease may be taken (by
@@ -31,18 +43,6 @@ import { MemberSession, memberKeyOf } from "./member-session.js";
  * incarnation (`attach`): a bucket deleted and created again restarts its revisions at 1, and what was
  * seen or proven of the old one is forgotten.
  */
-/** How a judge proved a session over without evicting it (`relay_group_sessions_over_total{proof}`). */
-export type SessionProof = "new_session" | "ended_marker" | "key_deleted" | "key_written" | "key_absent";
-
-/**
- * The body of a member key's delete marker that proves a session over: written by an eviction (a CAS
- * delete after the session's last write was unchanged for its lease) or by the member itself as it
- * stops (after its session ended in its own process). A plain delete has no body.
- */
-export interface EndedNote {
-  readonly ended: { readonly id: string; readonly session: number };
-}
-
 export class SessionJudge {
   /** member key → the newest revision seen, the local time it was first seen (own monotonic clock), and whether it is a write (not a delete). */
   private readonly observed = new Map<string, { readonly revision: number; readonly at: number; readonly put: boolean }>();
