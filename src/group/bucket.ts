@@ -1,6 +1,7 @@
 import { JetStreamApiCodes, jetstream } from "@nats-io/jetstream";
 import { Bucket, Kvm } from "@nats-io/kv";
 import type { KV } from "@nats-io/kv";
+import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
@@ -44,18 +45,50 @@ export async function openGroupBucket(opts: GroupBucketOptions): Promise<KV> {
 export async function bucketIncarnation(kv: KV): Promise<number> {
   const bucket = asBucket(kv, "bucketIncarnation");
   const info = await bucket.jsm.streams.info(bucket.stream);
-  const ms = Date.parse(info.created);
-  if (Number.isNaN(ms)) throw new RelayError(ErrorCodes.JETSTREAM_API, `group bucket ${bucket.bucket}: the server gave no creation time (${info.created})`);
+  return createdMs(bucket, info.created);
+}
+
+function createdMs(bucket: Bucket, created: string): number {
+  const ms = Date.parse(created);
+  if (Number.isNaN(ms)) throw new RelayError(ErrorCodes.JETSTREAM_API, `group bucket ${bucket.bucket}: the server gave no creation time (${created})`);
   return ms;
 }
 
 /**
- * The failure of a KV request to a bucket that no longer exists: a read answers "stream not found", a
- * write "no responders" (which the client reports as JetStream not enabled; also what a cluster
- * without JetStream answers). The caller opens the bucket again (creating it when it is missing).
+ * An explicit "stream not found" (10059): the bucket is gone (deleted, or an R1 bucket lost), and only
+ * this. A request that meets an election of the bucket's stream answers "no responders" (which the
+ * client reports as JetStream not enabled) or times out: transient (DESIGN §11), never proof. A write to
+ * a deleted bucket answers "no responders" too (nats-server 2.9.10: nothing listens on its subjects), so
+ * a caller whose write failed asks `bucketGoneAfter` instead. The caller opens the bucket again
+ * (creating it when it is missing).
  */
 export function isBucketGone(err: unknown): boolean {
-  return isApiCode(err, JetStreamApiCodes.StreamNotFound) || (err instanceof Error && err.name === "JetStreamNotEnabled");
+  return isApiCode(err, JetStreamApiCodes.StreamNotFound) || (err instanceof RelayError && isApiCode(err.cause, JetStreamApiCodes.StreamNotFound));
+}
+
+/** "No responders" to a request (the client names it JetStream not enabled): an election, a deleted stream, or JetStream down. */
+export function isNoResponders(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  if (err.name === "JetStreamNotEnabled") return true;
+  const cause = (err as { cause?: unknown }).cause;
+  return /no responders/i.test(err.message) || (cause instanceof Error && /no responders/i.test(cause.message));
+}
+
+/**
+ * Whether `err`, the failure of a request to `kv`, proves the bucket gone: an explicit "stream not
+ * found", or "no responders" confirmed by a stream info that answers "stream not found" (the stream
+ * info of a deleted stream is answered by the meta leader; during an election of the stream's leader
+ * it is answered, or times out). Anything else (a timeout, an election) is transient. Never rejects.
+ */
+export async function bucketGoneAfter(kv: KV | undefined, err: unknown): Promise<boolean> {
+  if (isBucketGone(err)) return true;
+  if (!kv || !isNoResponders(err)) return false;
+  try {
+    await bucketIncarnation(kv);
+    return false;
+  } catch (infoErr) {
+    return isBucketGone(infoErr);
+  }
 }
 
 /**
@@ -65,9 +98,15 @@ export function isBucketGone(err: unknown): boolean {
  * listed too while its delete marker is stored: callers read each key and skip deletes.
  */
 export async function listKeys(kv: KV, filter: string): Promise<string[]> {
+  return (await listKeysOfIncarnation(kv, filter)).keys;
+}
+
+/** `listKeys`, with the bucket's incarnation (`bucketIncarnation`) from the same stream-info reply. */
+export async function listKeysOfIncarnation(kv: KV, filter: string): Promise<{ keys: string[]; incarnation: number }> {
   const bucket = asBucket(kv, "listKeys");
   const info = await bucket.jsm.streams.info(bucket.stream, { subjects_filter: bucket.fullKeyName(filter) });
-  return Object.keys(info.state.subjects ?? {}).map((subject) => bucket.decodeKey(subject.substring(bucket.prefixLen)));
+  const keys = Object.keys(info.state.subjects ?? {}).map((subject) => bucket.decodeKey(subject.substring(bucket.prefixLen)));
+  return { keys, incarnation: createdMs(bucket, info.created) };
 }
 
 /**
@@ -77,6 +116,20 @@ export async function listKeys(kv: KV, filter: string): Promise<string[]> {
 export async function forgetKey(kv: KV, key: string): Promise<void> {
   const bucket = asBucket(kv, "forgetKey");
   await bucket.jsm.streams.purge(bucket.stream, { filter: bucket.fullKeyName(key) });
+}
+
+/**
+ * Deletes `key` by compare-and-set on `previousSeq`, as `kv.delete(key, { previousSeq })` does, with
+ * `note` (JSON) as the delete marker's body: KV clients see an ordinary delete, and a reader of the key
+ * learns why it was deleted (an eviction, session-judge.ts). Rejects with the CAS conflict (10071) when
+ * the key changed.
+ */
+export async function deleteKeyWithNote(kv: KV, key: string, previousSeq: number, note: object): Promise<void> {
+  const bucket = asBucket(kv, "deleteKeyWithNote");
+  const h = headers();
+  h.set("KV-Operation", "DEL");
+  h.set("Nats-Expected-Last-Subject-Sequence", String(previousSeq));
+  await bucket.js.publish(bucket.subjectForKey(bucket.encodeKey(key), true), JSON.stringify(note), { headers: h });
 }
 
 /** The bucket's implementation (its stream and subjects), for the stream requests the KV API lacks. */

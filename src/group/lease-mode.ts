@@ -39,6 +39,6 @@ export class LeaseMode {
   /** A value held in member mode by `holder` whose session is over (session-judge.ts): it may be taken. */
   async holderGone(holder: string, value: LeaseValue | undefined): Promise<boolean> {
     const session = value?.session;
-    return typeof session === "number" && this.sessions !== undefined && (await this.sessions.judge.ended(holder, session));
+    return typeof session === "number" && this.sessions !== undefined && (await this.sessions.judge.ended(holder, session, value?.memberLeaseMs));
   }
 }

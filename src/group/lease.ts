@@ -2,7 +2,7 @@ import type { KV, KvEntry, KvWatchEntry } from "@nats-io/kv";
 import type { Logger } from "pino";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff } from "../lifecycle/backoff.js";
-import { isBucketGone } from "./bucket.js";
+import { bucketGoneAfter } from "./bucket.js";
 import { LeaseBucket } from "./lease-bucket.js";
 import { ContenderView } from "./lease-contender.js";
 import { OwnerDeadline } from "./lease-deadline.js";
@@ -289,7 +289,8 @@ export class LinkLease {
       } catch (err) {
         if (signal.aborted) break;
         // The bucket is gone (deleted, or an R1 bucket lost): the next step opens it again, creating it.
-        if (isBucketGone(err)) this.bucket.drop();
+        // An election of its stream ("no responders", a timeout) is not: retried within the deadline.
+        if (await bucketGoneAfter(this.bucket.opened, err)) this.bucket.drop();
         this.trouble.failed(err, this.current);
         // An owner retries on its renewal schedule (renewOnce moved nextRenewAt); others back off.
         if (this.current !== "owner") await this.napper.nap(backoff.next(), signal);

@@ -6,7 +6,7 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { stopOnAbort } from "../lifecycle/stop-on-abort.js";
-import { forgetKey, isBucketGone, listKeys, openGroupBucket } from "./bucket.js";
+import { bucketGoneAfter, deleteKeyWithNote, forgetKey, listKeysOfIncarnation, openGroupBucket } from "./bucket.js";
 import { isCasConflict } from "./lease-value.js";
 import { MEMBER_PREFIX, memberKeyOf } from "./member-session.js";
 import type { MemberSession } from "./member-session.js";
@@ -40,6 +40,8 @@ export interface MembershipOptions {
    * written as before (no session: every lease renews its own key).
    */
   readonly sessions?: { readonly own: MemberSession; readonly judge: SessionJudge };
+  /** A request to the group bucket failed: `transient` (an election, a timeout: retried) or `gone` (stream not found). */
+  readonly onBucketFailure?: (kind: "transient" | "gone") => void;
 }
 
 /** A live member as this process sees it. */
@@ -166,7 +168,7 @@ export class GroupMembership {
       await this.running;
       this.opts.sessions?.own.ended();
       if (this.kv) {
-        await withDeadline(this.kv.delete(this.key), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
+        await withDeadline(this.deleteOwnKey(this.kv), this.opts.leaseMs, `group bucket ${this.opts.bucket}: deleting this member's key`).catch((err: unknown) => {
           this.logger.warn({ err: toRelayError(err).message }, "could not delete this member's key: the others see it leave when it expires");
         });
       }
@@ -179,14 +181,32 @@ export class GroupMembership {
     return this.closedPromise;
   }
 
+  /**
+   * The key's last delete, once the session ended in this process: by CAS on the chain's last write,
+   * its marker naming the session ended (a proof for the others' judges, session-judge.ts, so a lease
+   * this member could not release is taken at once). The key written by another meanwhile, a plain
+   * delete (it proves nothing).
+   */
+  private async deleteOwnKey(kv: KV): Promise<void> {
+    const chain = this.chain;
+    if (chain) {
+      try {
+        return await deleteKeyWithNote(kv, this.key, chain.revision, { ended: { id: this.opts.member.id, session: chain.session } });
+      } catch (err) {
+        if (!isCasConflict(err)) throw err;
+      }
+    }
+    await kv.delete(this.key);
+  }
+
   private async loop(): Promise<void> {
     const signal = this.abort.signal;
     const backoff = new Backoff(Math.min(100, this.opts.renewMs), this.opts.renewMs);
     let troubled = false;
     while (!signal.aborted) {
       try {
+        // The judge gets the bucket with its incarnation, from the reads (read()).
         this.kv ??= await openGroupBucket({ nc: this.opts.nc, domain: this.opts.domain, bucket: this.opts.bucket, timeoutMs: Math.max(this.opts.renewMs, 500) });
-        this.opts.sessions?.judge.attach(this.kv);
         const sentAt = this.now();
         const value: MemberValue = {
           id: this.opts.member.id,
@@ -212,7 +232,12 @@ export class GroupMembership {
         if (signal.aborted) break;
         if (!troubled) this.logger.warn({ err: toRelayError(err).message }, "group bucket unreachable: this member cannot see the group");
         troubled = true;
-        if (isBucketGone(err)) {
+        // An election of the bucket's stream ("no responders", a timeout) is transient: the session
+        // goes on until its own deadline (member-session.ts), and the next write renews it. Only a
+        // bucket proven gone ends it.
+        const gone = await bucketGoneAfter(this.kv, err);
+        this.opts.onBucketFailure?.(gone ? "gone" : "transient");
+        if (gone) {
           // Deleted (or an R1 bucket lost): open it again (created when missing), and watch the new one.
           this.kv = undefined;
           this.opts.sessions?.judge.attach(undefined);
@@ -299,7 +324,7 @@ export class GroupMembership {
       try {
         for await (const e of iter) {
           if (e.key === this.key) continue;
-          if (e.operation === "PUT") this.opts.sessions?.judge.saw(e.key, e.revision);
+          this.opts.sessions?.judge.saw(e.key, e.revision, e.operation); // a write or a delete: received now
           const known = this.seen.get(e.key);
           if (e.operation !== "PUT" || !known || (!known.value.leaving && parse(e.string())?.leaving)) {
             this.wake(); // joined or left (or leaving): read everything now
@@ -322,12 +347,14 @@ export class GroupMembership {
 
   /** Reads every member key; tracks when each revision was first seen. */
   private async read(kv: KV): Promise<void> {
-    const keys = await listKeys(kv, `${MEMBER_PREFIX}.>`);
+    const { keys, incarnation } = await listKeysOfIncarnation(kv, `${MEMBER_PREFIX}.>`);
     if (this.abort.signal.aborted) return;
+    // The revisions read below are of this incarnation: a judge of another forgets what it judged by.
+    this.opts.sessions?.judge.attach(kv, incarnation);
     const at = this.now();
     const read = (await Promise.all(keys.map((k) => kv.get(k)))).filter((e): e is KvEntry => e !== null);
     // Received now: a session judge's clock for these revisions starts here, never earlier.
-    for (const e of read) if (e.operation === "PUT" && e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision);
+    for (const e of read) if (e.key !== this.key) this.opts.sessions?.judge.saw(e.key, e.revision, e.operation);
     const entries = read.filter((e) => e.operation === "PUT");
     // How old a key is, from the stream's own store times: this member's key was stored just now, so
     // a key stored long before it is a member that stopped writing (a crash), even on first sight.
@@ -352,8 +379,9 @@ export class GroupMembership {
       const prev = this.seen.get(k);
       const age = ownStored === undefined ? 0 : Math.max(0, ownStored - entry.created.getTime());
       if (!prev || prev.revision !== entry.revision) this.seen.set(k, { revision: entry.revision, at: at - age, value });
-      else if (k !== this.key && at - prev.at > forgetAfter) {
-        // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision).
+      else if (k !== this.key && at - prev.at > Math.max(forgetAfter, this.leaseOf(prev.value))) {
+        // A member that crashed long ago: its key goes, unless it wrote meanwhile (CAS on the revision);
+        // never within the lease it stored (a member with a longer lease may still be within its deadline).
         await kv.delete(k, { previousSeq: entry.revision }).catch(() => undefined);
         this.logger.info({ gone: prev.value.id }, "forgot a member that left without a word");
       }

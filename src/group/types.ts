@@ -59,7 +59,7 @@ export interface LeaseSessions {
     validFor(session: number): boolean;
     onChange(cb: () => void): () => void;
   };
-  readonly judge: { ended(member: string, session: number): Promise<boolean> };
+  readonly judge: { ended(member: string, session: number, memberLeaseMs?: number): Promise<boolean> };
 }
 
 /** Why ownership changed (or a renewal came late): the `reason` label of relay_lease_transitions_total. */

@@ -274,6 +274,18 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       help: "This relay's own session ended by another write of its member key (another member evicted it, or the key or bucket is gone): the leases it held in member mode were lost",
       registers,
     }),
+    groupSessionsOver: new Counter({
+      name: "relay_group_sessions_over_total",
+      help: "Sessions of other members this relay judged over without evicting them, by proof (new_session: the member began another; ended_marker: its delete marker names the session ended, by another member's eviction or its own stop; key_deleted|key_written|key_absent: its member key deleted, written by another or gone, and seen so for the member's whole lease)",
+      labelNames: ["proof"] as const,
+      registers,
+    }),
+    groupBucketFailures: new Counter({
+      name: "relay_group_bucket_failures_total",
+      help: "Failed requests of this relay's group membership to the group bucket, by kind (transient: an election of its stream or a timeout, retried while the session keeps its deadline; gone: stream not found, the bucket is opened again)",
+      labelNames: ["kind"] as const,
+      registers,
+    }),
     groupSettingsMismatch: new Gauge({
       name: "relay_group_settings_mismatch",
       help: "Live members of this relay's group whose group.lease or group.renew differ from this relay's (each lease is judged by the duration its owner stored; 0 once a rolling restart is done)",

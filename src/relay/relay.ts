@@ -119,7 +119,7 @@ export class Relay {
     this.regionLogger = deps.logger.child({ region });
     this.leaseWatches = new LeaseKeyWatches(this.regionLogger.child({ component: "lease" }));
     this.logger = this.regionLogger.child({ component: "relay" });
-    this.sessions = groupSessions(config.group, this.regionLogger.child({ component: "group" }), { evicted: () => this.metrics.groupEvictions.inc(), ended: () => this.metrics.groupSessionEnds.inc() });
+    this.sessions = groupSessions(config.group, this.regionLogger.child({ component: "group" }), { evicted: () => this.metrics.groupEvictions.inc(), ended: () => this.metrics.groupSessionEnds.inc(), over: (proof) => this.metrics.groupSessionsOver.inc({ proof }) });
     this.writeGates = new WriteGates({
       logger: this.logger,
       discarded: (_connection, writers) => {
@@ -201,7 +201,7 @@ export class Relay {
       leaseMs: group.leaseMs,
       renewMs: group.renewMs,
       logger: this.regionLogger.child({ component: "group" }),
-      sessions: this.sessions,
+      sessions: this.sessions, onBucketFailure: (kind) => this.metrics.groupBucketFailures.inc({ kind }),
     });
     const membership = this.membership;
     const logger = this.regionLogger.child({ component: "group" });

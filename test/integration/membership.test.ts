@@ -122,3 +122,25 @@ test("the delete marker of a member that stopped is removed once it is old: the 
   assert.deepEqual(await listKeys(kv, `${MEMBER_PREFIX}.>`), [`${MEMBER_PREFIX}.a`], "a's own key stays");
   assert.deepEqual(ids(a.membership.members), ["a"]);
 });
+
+test("a member unchanged longer than forgetAfter but within the lease it stored is not forgotten (its key is not deleted before its lease)", async (t) => {
+  const bucket = uniqueName("grp");
+  const nc = await connect({ servers: node.url });
+  t.after(() => nc.close());
+  const kv = await new Kvm(nc).create(bucket, { history: 1, replicas: 1 });
+  const storedLeaseMs = 2_500;
+  const key = `${MEMBER_PREFIX}.slow`;
+  // "slow" runs with a lease longer than the others' forgetAfter; it wrote once and is still within its lease.
+  await kv.put(key, JSON.stringify({ id: "slow", name: "host-slow", startedAt: new Date().toISOString(), leaseMs: storedLeaseMs, renewMs: 500 }));
+  const writtenAt = performance.now();
+  await join(t, bucket, "a", 300);
+  let deletedAfterMs: number | undefined;
+  await check(
+    async () => {
+      if ((await kv.get(key))?.operation !== "PUT") deletedAfterMs ??= performance.now() - writtenAt;
+      return deletedAfterMs !== undefined;
+    },
+    { name: "slow's key is forgotten once unchanged for its lease", timeoutMs: 10_000, intervalMs: 20 },
+  );
+  assert.ok((deletedAfterMs ?? 0) >= storedLeaseMs, `deleted ${Math.round(deletedAfterMs ?? 0)} ms after its write, within its lease (${storedLeaseMs} ms)`);
+});
