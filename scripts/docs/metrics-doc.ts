@@ -92,6 +92,8 @@ export const METRIC_AREAS: readonly {
       "relay_group_members",
       "relay_group_evictions_total",
       "relay_group_session_ends_total",
+      "relay_group_sessions_over_total",
+      "relay_group_bucket_failures_total",
       "relay_group_settings_mismatch",
     ],
   },
