@@ -105,7 +105,7 @@ export class Pipeline {
     const sourceAck = (this.sourceAck = new SourceAckStage({ link, acks: deps.acks, metrics, owns, window, ledger, versions, sent, tally, scheduler, drained: () => this.notifyDrained() }));
     const commit = (this.commit = new CommitStage({ link, guard, metrics, owns, fencingToken, health, sourceAck, scheduler }));
     const rollback = (index: number, err: RelayError) => this.publish.rollback(index, err);
-    const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, scheduler }));
+    const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, sent, scheduler }));
     const judge = new RetryJudge({ link, guard, logger, metrics, window, sent, health, tally, sourceAck, scheduler });
     this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, scheduler });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });

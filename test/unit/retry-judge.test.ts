@@ -189,3 +189,39 @@ test("a retry with no newer version of its entity anywhere is published again, a
   assert.equal(await staleRetries(), 0);
   assert.equal(pipeline.size, 0);
 });
+
+test("publishes the server refused (a full destination) stored nothing: the retry of the older version is not stale", async (t) => {
+  const { pipeline, acked, staleRetries } = newPipeline(new SlowCommits(false));
+  t.after(() => pipeline.abandon());
+  const published: string[] = [];
+  const stored: string[] = [];
+  let seq = 0;
+  const refused = new Set<string>();
+  pipeline.setPublisher({
+    inFlight: 0,
+    publish(
+      _subject: string,
+      _data: Uint8Array,
+      headers: { get(k: string): string | undefined },
+      cb: Callback,
+    ) {
+      const id = headers.get("Nats-Msg-Id") ?? "?";
+      published.push(id);
+      const full = !refused.has(id);
+      refused.add(id);
+      setImmediate(() => {
+        if (full) cb(new RelayError(ErrorCodes.DESTINATION_FULL, "maximum messages exceeded (test)"), null);
+        else {
+          stored.push(id);
+          cb(null, { stream: "S", seq: ++seq, duplicate: false } as PubAck);
+        }
+      });
+    },
+  } as unknown as JetStreamPublisher);
+  pipeline.push(delivery(1, "e", 1));
+  pipeline.push(delivery(2, "e", 2));
+  await check(() => acked.length === 2, { name: "both relayed once there is room", timeoutMs: 5_000 });
+  assert.deepEqual(stored, ["m1", "m2"]);
+  assert.equal(pipeline.outcomes.stale, 0);
+  assert.equal(await staleRetries(), 0);
+});

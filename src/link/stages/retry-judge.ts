@@ -4,10 +4,11 @@
  * destination leader dying under a window), the retry lands after them. If a newer version of its
  * entity is among them, or was committed in the guard since (by any writer), publishing it would
  * move the entity backwards in the destination: it is stale instead (acked at the source, never
- * published, counted as a `stale_version` correction and in `relay_stale_retries_total`, logged with
- * its ids). The newer versions are read from two places: what this link sent to the destination
- * while it held the message (SentVersions: stored, or perhaps stored, and maybe not committed yet),
- * and the guard's committed versions (one read per batch of retries, before the first of them goes).
+ * published, its claim released, counted as a `stale_version` correction and in
+ * `relay_stale_retries_total`, logged with its ids). Newer versions are looked for in two places:
+ * what this link put in the destination, or perhaps did, while it held the message (SentVersions:
+ * stored, maybe not committed yet, or a publish unanswered or timed out), checked at the moment of the
+ * publish; and the guard's committed versions, read once per batch of retries before the first goes.
  */
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
@@ -72,7 +73,7 @@ export class RetryJudge {
       this.read(index);
       return "wait";
     }
-    // What this link sent since (maybe stored, maybe not committed yet): checked at the very moment
+    // What this link stored since, or perhaps did (maybe not committed yet): checked at the very moment
     // of the publish, so a newer version whose commit overtook the guard read is still seen.
     const sent = this.needs.sent.highest(entity);
     if (sent !== undefined && sent > version) {

@@ -3,6 +3,8 @@
  * it claimed and has not committed yet (an older version claimed after them is stale), and the versions
  * it sent to the destination (a retried older version is stale against them).
  */
+import { ErrorCodes } from "../../errors.js";
+import type { RelayError } from "../../errors.js";
 import type { Entry } from "../entry.js";
 
 /**
@@ -41,15 +43,24 @@ export class UncommittedVersions {
   }
 }
 
+/** A publish attempt that failed without saying the server did not store it (a timeout, a lost connection). */
+const DOUBT = -1;
+
 /**
- * Per entity, the highest version this link has sent to the destination (a publish attempt: stored, or
- * perhaps stored), kept while the link holds any message of that entity. A retried publish of an older
- * version is stale against it: the newer one is (or may be) in the destination already, and the guard
- * knows it only after its commit, which may come later than the retry. Held by the pipeline (`hold`
- * when an entry arrives, `release` when it leaves the window), set by the publish stage (`sent`).
+ * Per entity, the versions of it this link put in the destination, or perhaps did, while it holds any
+ * message of that entity: the highest one stored (a PubAck, or found by its marker), kept after that
+ * message is committed and gone, and the messages of it whose publish is unanswered or ended in doubt.
+ * A retried publish of an older version is stale against them: the guard knows a newer version only
+ * after its commit, which may come later than the retry. A publish the server refused (a full
+ * destination, a message too large) stored nothing and does not count.
+ * Held by the pipeline (`hold` when an entry arrives, `release` when it leaves the window), fed by the
+ * publish stage (`sent`) and the PubAck stage (`answered`, `stored`).
  */
 export class SentVersions {
-  private readonly byEntity = new Map<string, { held: number; sent: number }>();
+  private readonly byEntity = new Map<
+    string,
+    { held: number; stored: number; maybe: Map<Entry, number> | undefined }
+  >();
 
   /** An entry of a versioned entity arrived: its entity's record is kept until it leaves. */
   hold(entry: Entry): void {
@@ -57,29 +68,57 @@ export class SentVersions {
     if (entity === undefined || version === undefined) return;
     const record = this.byEntity.get(entity);
     if (record) record.held++;
-    else this.byEntity.set(entity, { held: 1, sent: -1 });
+    else this.byEntity.set(entity, { held: 1, stored: -1, maybe: undefined });
   }
 
   /** A publish attempt of the entry is going out (a dead-letter record applies no version). */
   sent(entry: Entry): void {
-    const { entity, version } = entry.identity;
-    if (entity === undefined || version === undefined || entry.deadLetterReason !== undefined) return;
-    const record = this.byEntity.get(entity);
-    if (record && version > record.sent) record.sent = version;
+    const record = this.recordOf(entry);
+    if (!record || entry.deadLetterReason !== undefined) return;
+    const maybe = (record.maybe ??= new Map());
+    const unanswered = maybe.get(entry) ?? 0;
+    if (unanswered !== DOUBT) maybe.set(entry, unanswered + 1);
+  }
+
+  /**
+   * An attempt of the entry was answered: `err` null for a PubAck (then `stored` follows). A timeout or
+   * a failure that is no answer of the server leaves the entry in doubt until it is stored or leaves.
+   */
+  answered(entry: Entry, err: RelayError | null): void {
+    const maybe = this.recordOf(entry)?.maybe;
+    const unanswered = maybe?.get(entry);
+    if (!maybe || unanswered === undefined || unanswered === DOUBT) return;
+    if (err !== null && (err.code === ErrorCodes.PUBLISH_TIMEOUT || err.code === ErrorCodes.PUBLISH_FAILED))
+      maybe.set(entry, DOUBT);
+    else if (unanswered > 1) maybe.set(entry, unanswered - 1);
+    else maybe.delete(entry);
+  }
+
+  /** The entry is in the destination. */
+  stored(entry: Entry): void {
+    const record = this.recordOf(entry);
+    if (!record || entry.deadLetterReason !== undefined) return;
+    record.maybe?.delete(entry);
+    const version = entry.identity.version as number;
+    if (version > record.stored) record.stored = version;
   }
 
   /** The entry left the window: its entity's record goes when no entry of it is held. */
   release(entry: Entry): void {
-    const { entity, version } = entry.identity;
-    if (entity === undefined || version === undefined) return;
-    const record = this.byEntity.get(entity);
-    if (record && --record.held <= 0) this.byEntity.delete(entity);
+    const record = this.recordOf(entry);
+    if (!record) return;
+    record.maybe?.delete(entry);
+    if (--record.held <= 0) this.byEntity.delete(entry.identity.entity as string);
   }
 
-  /** The highest version of `entity` sent to the destination while the link held one of its messages. */
+  /** The highest version of `entity` in the destination, or perhaps there, while the link held one of its messages. */
   highest(entity: string): number | undefined {
-    const sent = this.byEntity.get(entity)?.sent;
-    return sent === undefined || sent < 0 ? undefined : sent;
+    const record = this.byEntity.get(entity);
+    if (!record) return undefined;
+    let highest = record.stored;
+    if (record.maybe)
+      for (const e of record.maybe.keys()) highest = Math.max(highest, e.identity.version as number);
+    return highest < 0 ? undefined : highest;
   }
 
   /** Entities with a record (tests). */
@@ -89,5 +128,10 @@ export class SentVersions {
 
   clear(): void {
     this.byEntity.clear();
+  }
+
+  private recordOf(entry: Entry) {
+    const { entity, version } = entry.identity;
+    return entity === undefined || version === undefined ? undefined : this.byEntity.get(entity);
   }
 }
