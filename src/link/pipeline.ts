@@ -106,7 +106,7 @@ export class Pipeline {
     const commit = (this.commit = new CommitStage({ link, guard, metrics, owns, fencingToken, health, sourceAck, scheduler }));
     const rollback = (index: number, err: RelayError) => this.publish.rollback(index, err);
     const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, sent, scheduler }));
-    const judge = new RetryJudge({ link, guard, logger, metrics, window, sent, health, tally, sourceAck, scheduler });
+    const judge = new RetryJudge({ link, guard, logger, owns, metrics, window, sent, health, tally, sourceAck, scheduler });
     this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, scheduler });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
     this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck });

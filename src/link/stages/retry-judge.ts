@@ -27,6 +27,8 @@ export interface RetryJudgeNeeds {
   readonly link: LinkConfig;
   readonly guard: Guard;
   readonly logger: Logger;
+  /** Whether this relay still owns the link: a retry is finished (acked) only then, else it waits. */
+  readonly owns: () => boolean;
   readonly metrics: Pick<RelayMetrics, "staleRetries" | "guardDuration">;
   readonly window: Pick<EntryWindow, "entries">;
   readonly sent: Pick<SentVersions, "highest">;
@@ -77,6 +79,7 @@ export class RetryJudge {
     // of the publish, so a newer version whose commit overtook the guard read is still seen.
     const sent = this.needs.sent.highest(entity);
     if (sent !== undefined && sent > version) {
+      if (!this.needs.owns()) return "wait"; // finished (acked) once the lease is valid again
       this.stale(entry, { sentVersion: sent });
       return "stale";
     }
@@ -112,9 +115,9 @@ export class RetryJudge {
           // Stored meanwhile (a late PubAck of its earlier attempt), or finished: nothing to judge.
           if (entry.state !== "ready" || entry.attempt !== attempt) continue;
           const stored = committed.get(entry.identity.entity as string);
-          if (stored !== undefined && (entry.identity.version as number) <= stored)
-            this.stale(entry, { committedVersion: stored });
-          else entry.judgedAttempt = attempt;
+          if (stored === undefined || (entry.identity.version as number) > stored)
+            entry.judgedAttempt = attempt;
+          else if (this.needs.owns()) this.stale(entry, { committedVersion: stored }); // else read again with the lease back
         }
       })
       .catch((err: unknown) => health.guardFailed(err)) // judged when the guard is back; nothing is published meanwhile

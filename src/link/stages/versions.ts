@@ -46,6 +46,17 @@ export class UncommittedVersions {
 /** A publish attempt that failed without saying the server did not store it (a timeout, a lost connection). */
 const DOUBT = -1;
 
+interface EntityRecord {
+  /** Entries of the entity in the window. */
+  held: number;
+  /** The highest version of it stored (-1: none). */
+  stored: number;
+  /** Entries of it whose publish is unanswered (the count of attempts) or ended in DOUBT. */
+  maybe: Map<Entry, number> | undefined;
+  /** The highest version among `maybe` (-1: none; undefined: to be found again). */
+  maybeMax: number | undefined;
+}
+
 /**
  * Per entity, the versions of it this link put in the destination, or perhaps did, while it holds any
  * message of that entity: the highest one stored (a PubAck, or found by its marker), kept after that
@@ -57,10 +68,7 @@ const DOUBT = -1;
  * publish stage (`sent`) and the PubAck stage (`answered`, `stored`).
  */
 export class SentVersions {
-  private readonly byEntity = new Map<
-    string,
-    { held: number; stored: number; maybe: Map<Entry, number> | undefined }
-  >();
+  private readonly byEntity = new Map<string, EntityRecord>();
 
   /** An entry of a versioned entity arrived: its entity's record is kept until it leaves. */
   hold(entry: Entry): void {
@@ -68,7 +76,7 @@ export class SentVersions {
     if (entity === undefined || version === undefined) return;
     const record = this.byEntity.get(entity);
     if (record) record.held++;
-    else this.byEntity.set(entity, { held: 1, stored: -1, maybe: undefined });
+    else this.byEntity.set(entity, { held: 1, stored: -1, maybe: undefined, maybeMax: -1 });
   }
 
   /** A publish attempt of the entry is going out (a dead-letter record applies no version). */
@@ -78,6 +86,8 @@ export class SentVersions {
     const maybe = (record.maybe ??= new Map());
     const unanswered = maybe.get(entry) ?? 0;
     if (unanswered !== DOUBT) maybe.set(entry, unanswered + 1);
+    if (record.maybeMax !== undefined)
+      record.maybeMax = Math.max(record.maybeMax, entry.identity.version as number);
   }
 
   /**
@@ -85,20 +95,20 @@ export class SentVersions {
    * a failure that is no answer of the server leaves the entry in doubt until it is stored or leaves.
    */
   answered(entry: Entry, err: RelayError | null): void {
-    const maybe = this.recordOf(entry)?.maybe;
-    const unanswered = maybe?.get(entry);
-    if (!maybe || unanswered === undefined || unanswered === DOUBT) return;
+    const record = this.recordOf(entry);
+    const unanswered = record?.maybe?.get(entry);
+    if (!record?.maybe || unanswered === undefined || unanswered === DOUBT) return;
     if (err !== null && (err.code === ErrorCodes.PUBLISH_TIMEOUT || err.code === ErrorCodes.PUBLISH_FAILED))
-      maybe.set(entry, DOUBT);
-    else if (unanswered > 1) maybe.set(entry, unanswered - 1);
-    else maybe.delete(entry);
+      record.maybe.set(entry, DOUBT);
+    else if (unanswered > 1) record.maybe.set(entry, unanswered - 1);
+    else forget(record, entry);
   }
 
   /** The entry is in the destination. */
   stored(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record || entry.deadLetterReason !== undefined) return;
-    record.maybe?.delete(entry);
+    forget(record, entry);
     const version = entry.identity.version as number;
     if (version > record.stored) record.stored = version;
   }
@@ -107,7 +117,7 @@ export class SentVersions {
   release(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record) return;
-    record.maybe?.delete(entry);
+    forget(record, entry);
     if (--record.held <= 0) this.byEntity.delete(entry.identity.entity as string);
   }
 
@@ -115,9 +125,13 @@ export class SentVersions {
   highest(entity: string): number | undefined {
     const record = this.byEntity.get(entity);
     if (!record) return undefined;
-    let highest = record.stored;
-    if (record.maybe)
-      for (const e of record.maybe.keys()) highest = Math.max(highest, e.identity.version as number);
+    if (record.maybeMax === undefined) {
+      // The highest of them left: found again once (versions grow along a window, so this is rare).
+      let max = -1;
+      for (const e of record.maybe?.keys() ?? []) max = Math.max(max, e.identity.version as number);
+      record.maybeMax = max;
+    }
+    const highest = Math.max(record.stored, record.maybeMax);
     return highest < 0 ? undefined : highest;
   }
 
@@ -130,8 +144,14 @@ export class SentVersions {
     this.byEntity.clear();
   }
 
-  private recordOf(entry: Entry) {
+  private recordOf(entry: Entry): EntityRecord | undefined {
     const { entity, version } = entry.identity;
     return entity === undefined || version === undefined ? undefined : this.byEntity.get(entity);
   }
+}
+
+/** `entry` is no longer perhaps in the destination (stored, refused, or gone). */
+function forget(record: EntityRecord, entry: Entry): void {
+  if (!record.maybe?.delete(entry)) return;
+  if (entry.identity.version === record.maybeMax) record.maybeMax = undefined;
 }
