@@ -225,3 +225,42 @@ test("publishes the server refused (a full destination) stored nothing: the retr
   assert.equal(pipeline.outcomes.stale, 0);
   assert.equal(await staleRetries(), 0);
 });
+
+test("a retry waits for the answer to a newer version's publish still on its way: stored, the retry is stale", async (t) => {
+  const { pipeline, acked, staleRetries } = newPipeline(new SlowCommits(false));
+  t.after(() => pipeline.abandon());
+  const stored: string[] = [];
+  let seq = 0;
+  const seen = new Set<string>();
+  pipeline.setPublisher({
+    inFlight: 0,
+    publish(
+      _subject: string,
+      _data: Uint8Array,
+      headers: { get(k: string): string | undefined },
+      cb: Callback,
+    ) {
+      const id = headers.get("Nats-Msg-Id") ?? "?";
+      const first = !seen.has(id);
+      seen.add(id);
+      if (id === "m1" && first) {
+        // Refused at once (a leader election: no responders) ...
+        setImmediate(() => cb(new RelayError(ErrorCodes.PUBLISH_FAILED, "no responders (test)"), null));
+        return;
+      }
+      // ... while m2 is stored at once, its PubAck 300 ms later (longer than the publish backoff).
+      if (!stored.includes(id)) stored.push(id);
+      const destSeq = ++seq;
+      setTimeout(
+        () => cb(null, { stream: "S", seq: destSeq, duplicate: id !== "m2" && !first } as PubAck),
+        id === "m2" && first ? 300 : 0,
+      );
+    },
+  } as unknown as JetStreamPublisher);
+  pipeline.push(delivery(1, "e", 1));
+  pipeline.push(delivery(2, "e", 2));
+  await check(() => acked.length === 2, { name: "both finished", timeoutMs: 5_000 });
+  assert.deepEqual(stored, ["m2"], "m1 (e v1) never stored after m2 (e v2)");
+  assert.equal(pipeline.outcomes.stale, 1);
+  assert.equal(await staleRetries(), 1);
+});

@@ -62,7 +62,7 @@ export class PubAckStage {
 
   /** The answer to publish attempt `attempt` of `entry`. */
   onPubAck(entry: Entry, attempt: number, err: RelayError | null, ack: PubAck | null): void {
-    this.needs.sent.answered(entry, ack ? null : err);
+    this.needs.sent.answered(entry);
     if (entry.state !== "publishing" && entry.state !== "ready") return;
     const { link, state, window } = this.needs;
     if (this.strayFrom !== undefined && entry.seq > this.strayFrom) {

@@ -6,9 +6,10 @@
  * move the entity backwards in the destination: it is stale instead (acked at the source, never
  * published, its claim released, counted as a `stale_version` correction and in
  * `relay_stale_retries_total`, logged with its ids). Newer versions are looked for in two places:
- * what this link put in the destination, or perhaps did, while it held the message (SentVersions:
- * stored, maybe not committed yet, or a publish unanswered or timed out), checked at the moment of the
- * publish; and the guard's committed versions, read once per batch of retries before the first goes.
+ * the guard's committed versions, read once per batch of retries before the first goes; and what
+ * this link stored while it held the message (SentVersions: PubAcked, maybe not committed yet),
+ * checked at the moment of the publish, after waiting for the answer to any newer version's publish
+ * still on its way.
  */
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
@@ -31,7 +32,7 @@ export interface RetryJudgeNeeds {
   readonly owns: () => boolean;
   readonly metrics: Pick<RelayMetrics, "staleRetries" | "guardDuration">;
   readonly window: Pick<EntryWindow, "entries">;
-  readonly sent: Pick<SentVersions, "highest">;
+  readonly sent: Pick<SentVersions, "highestStored" | "highestUnanswered">;
   readonly health: Pick<Health, "guardBlockedUntil" | "guardFailed" | "guardRecovered">;
   readonly tally: Pick<Tally, "correct">;
   readonly sourceAck: Pick<SourceAckStage, "finish">;
@@ -40,6 +41,8 @@ export interface RetryJudgeNeeds {
 
 /** Entities read from the guard in one call at most (a rollback can retry a whole window). */
 const READ_LIMIT = 1_024;
+/** How often a retry waiting for a newer version's answer looks again (ms). */
+const ANSWER_POLL_MS = 20;
 
 export type RetryVerdict = "publish" | "stale" | "wait";
 
@@ -47,6 +50,9 @@ export class RetryJudge {
   private readonly label: { link: string };
   /** A read of the guard's versions is under way: the retries it covers wait for it. */
   private reading = false;
+  /** The retry waiting for a newer version's publish to be answered, and since when (ms). */
+  private waiting: Entry | undefined;
+  private waitingSince = 0;
 
   constructor(private readonly needs: RetryJudgeNeeds) {
     this.label = { link: needs.link.name };
@@ -75,14 +81,33 @@ export class RetryJudge {
       this.read(index);
       return "wait";
     }
-    // What this link stored since, or perhaps did (maybe not committed yet): checked at the very moment
-    // of the publish, so a newer version whose commit overtook the guard read is still seen.
-    const sent = this.needs.sent.highest(entity);
-    if (sent !== undefined && sent > version) {
+    // What this link stored since (maybe not committed yet): checked at the very moment of the
+    // publish, so a newer version whose commit overtook the guard read is still seen.
+    const stored = this.needs.sent.highestStored(entity);
+    if (stored !== undefined && stored > version) {
       if (!this.needs.owns()) return "wait"; // finished (acked) once the lease is valid again
-      this.stale(entry, { sentVersion: sent });
+      this.stale(entry, { storedVersion: stored });
       return "stale";
     }
+    // A newer version whose publish is not answered yet may be stored: its answer (within the publish
+    // timeout) decides. Bounded, in case an answer never comes.
+    const unanswered = this.needs.sent.highestUnanswered(entity);
+    if (unanswered !== undefined && unanswered > version) {
+      const now = Date.now();
+      if (this.waiting !== entry) {
+        this.waiting = entry;
+        this.waitingSince = now;
+      }
+      if (now - this.waitingSince < this.needs.link.publishTimeoutMs + 1_000) {
+        this.needs.scheduler.scheduleAt(now + ANSWER_POLL_MS);
+        return "wait";
+      }
+      this.needs.logger.warn(
+        { id: entry.identity.id, seq: entry.seq, entity, version, unansweredVersion: unanswered },
+        "retried publish: a newer version of its entity is still unanswered after the publish timeout; publishing",
+      );
+    }
+    this.waiting = undefined;
     return "publish";
   }
 
@@ -128,7 +153,7 @@ export class RetryJudge {
   }
 
   /** A retry that a newer version of its entity superseded: finished as stale, its claim given back. */
-  private stale(entry: Entry, newer: { sentVersion?: number; committedVersion?: number }): void {
+  private stale(entry: Entry, newer: { storedVersion?: number; committedVersion?: number }): void {
     const { guard, logger, tally, sourceAck } = this.needs;
     if (entry.token !== undefined) guard.release([claimedItem(entry)]).catch(() => undefined); // else it expires
     tally.correct("stale_version");

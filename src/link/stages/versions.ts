@@ -3,8 +3,6 @@
  * it claimed and has not committed yet (an older version claimed after them is stale), and the versions
  * it sent to the destination (a retried older version is stale against them).
  */
-import { ErrorCodes } from "../../errors.js";
-import type { RelayError } from "../../errors.js";
 import type { Entry } from "../entry.js";
 
 /**
@@ -43,27 +41,26 @@ export class UncommittedVersions {
   }
 }
 
-/** A publish attempt that failed without saying the server did not store it (a timeout, a lost connection). */
-const DOUBT = -1;
-
 interface EntityRecord {
   /** Entries of the entity in the window. */
   held: number;
   /** The highest version of it stored (-1: none). */
   stored: number;
-  /** Entries of it whose publish is unanswered (the count of attempts) or ended in DOUBT. */
-  maybe: Map<Entry, number> | undefined;
-  /** The highest version among `maybe` (-1: none; undefined: to be found again). */
-  maybeMax: number | undefined;
+  /** Entries of it with publish attempts not answered yet (PubAck, error or timeout), and how many. */
+  unanswered: Map<Entry, number> | undefined;
+  /** The highest version among `unanswered` (-1: none; undefined: to be found again). */
+  unansweredMax: number | undefined;
 }
 
 /**
- * Per entity, the versions of it this link put in the destination, or perhaps did, while it holds any
- * message of that entity: the highest one stored (a PubAck, or found by its marker), kept after that
- * message is committed and gone, and the messages of it whose publish is unanswered or ended in doubt.
- * A retried publish of an older version is stale against them: the guard knows a newer version only
- * after its commit, which may come later than the retry. A publish the server refused (a full
- * destination, a message too large) stored nothing and does not count.
+ * Per entity, what this link put in the destination while it holds any message of that entity: the
+ * highest version stored (a PubAck, or found by its marker), kept after that message is committed and
+ * gone, and the messages of it whose publish is not answered yet. A retried publish of an older version
+ * is stale against a stored newer one (the guard knows it only after its commit, which may come later
+ * than the retry), and waits for an unanswered newer one to be answered (stored or not). A publish
+ * that failed (refused, timed out, its connection lost) counts as not stored: a newer version stored
+ * without its PubAck reaching the relay is the reorder the relay detects and counts
+ * (`relay_reordered_total`) when that newer message's retry gets its duplicate PubAck.
  * Held by the pipeline (`hold` when an entry arrives, `release` when it leaves the window), fed by the
  * publish stage (`sent`) and the PubAck stage (`answered`, `stored`).
  */
@@ -76,31 +73,25 @@ export class SentVersions {
     if (entity === undefined || version === undefined) return;
     const record = this.byEntity.get(entity);
     if (record) record.held++;
-    else this.byEntity.set(entity, { held: 1, stored: -1, maybe: undefined, maybeMax: -1 });
+    else this.byEntity.set(entity, { held: 1, stored: -1, unanswered: undefined, unansweredMax: -1 });
   }
 
   /** A publish attempt of the entry is going out (a dead-letter record applies no version). */
   sent(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record || entry.deadLetterReason !== undefined) return;
-    const maybe = (record.maybe ??= new Map());
-    const unanswered = maybe.get(entry) ?? 0;
-    if (unanswered !== DOUBT) maybe.set(entry, unanswered + 1);
-    if (record.maybeMax !== undefined)
-      record.maybeMax = Math.max(record.maybeMax, entry.identity.version as number);
+    const unanswered = (record.unanswered ??= new Map());
+    unanswered.set(entry, (unanswered.get(entry) ?? 0) + 1);
+    if (record.unansweredMax !== undefined)
+      record.unansweredMax = Math.max(record.unansweredMax, entry.identity.version as number);
   }
 
-  /**
-   * An attempt of the entry was answered: `err` null for a PubAck (then `stored` follows). A timeout or
-   * a failure that is no answer of the server leaves the entry in doubt until it is stored or leaves.
-   */
-  answered(entry: Entry, err: RelayError | null): void {
+  /** An attempt of the entry was answered (a PubAck, an error, a timeout; `stored` follows a PubAck). */
+  answered(entry: Entry): void {
     const record = this.recordOf(entry);
-    const unanswered = record?.maybe?.get(entry);
-    if (!record?.maybe || unanswered === undefined || unanswered === DOUBT) return;
-    if (err !== null && (err.code === ErrorCodes.PUBLISH_TIMEOUT || err.code === ErrorCodes.PUBLISH_FAILED))
-      record.maybe.set(entry, DOUBT);
-    else if (unanswered > 1) record.maybe.set(entry, unanswered - 1);
+    const n = record?.unanswered?.get(entry);
+    if (!record || n === undefined) return;
+    if (n > 1) record.unanswered?.set(entry, n - 1);
     else forget(record, entry);
   }
 
@@ -108,7 +99,6 @@ export class SentVersions {
   stored(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record || entry.deadLetterReason !== undefined) return;
-    forget(record, entry);
     const version = entry.identity.version as number;
     if (version > record.stored) record.stored = version;
   }
@@ -121,18 +111,23 @@ export class SentVersions {
     if (--record.held <= 0) this.byEntity.delete(entry.identity.entity as string);
   }
 
-  /** The highest version of `entity` in the destination, or perhaps there, while the link held one of its messages. */
-  highest(entity: string): number | undefined {
+  /** The highest version of `entity` stored while the link held one of its messages. */
+  highestStored(entity: string): number | undefined {
+    const stored = this.byEntity.get(entity)?.stored;
+    return stored === undefined || stored < 0 ? undefined : stored;
+  }
+
+  /** The highest version of `entity` whose publish is not answered yet. */
+  highestUnanswered(entity: string): number | undefined {
     const record = this.byEntity.get(entity);
     if (!record) return undefined;
-    if (record.maybeMax === undefined) {
-      // The highest of them left: found again once (versions grow along a window, so this is rare).
+    if (record.unansweredMax === undefined) {
+      // The highest of them was answered: found again once (versions grow along a window, so this is rare).
       let max = -1;
-      for (const e of record.maybe?.keys() ?? []) max = Math.max(max, e.identity.version as number);
-      record.maybeMax = max;
+      for (const e of record.unanswered?.keys() ?? []) max = Math.max(max, e.identity.version as number);
+      record.unansweredMax = max;
     }
-    const highest = Math.max(record.stored, record.maybeMax);
-    return highest < 0 ? undefined : highest;
+    return record.unansweredMax < 0 ? undefined : record.unansweredMax;
   }
 
   /** Entities with a record (tests). */
@@ -150,8 +145,8 @@ export class SentVersions {
   }
 }
 
-/** `entry` is no longer perhaps in the destination (stored, refused, or gone). */
+/** No attempt of `entry` is unanswered any more (or it left). */
 function forget(record: EntityRecord, entry: Entry): void {
-  if (!record.maybe?.delete(entry)) return;
-  if (entry.identity.version === record.maybeMax) record.maybeMax = undefined;
+  if (!record.unanswered?.delete(entry)) return;
+  if (entry.identity.version === record.unansweredMax) record.unansweredMax = undefined;
 }
