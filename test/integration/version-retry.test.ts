@@ -1,11 +1,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import pino from "pino";
+import { MemoryGuard } from "../../src/guard/memory-guard.js";
 import { RedisGuard } from "../../src/guard/redis-guard.js";
-import { check } from "../helpers/check.js";
+import { check, uniqueName } from "../helpers/check.js";
 import { startPubDropProxy } from "../helpers/pub-drop-proxy.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { linkYaml, twoRegions } from "../helpers/scenario.js";
+import { startRedisCluster } from "../helpers/local-redis-cluster.js";
+import { withServers } from "../helpers/servers.js";
 import type { HasAfter } from "../helpers/servers.js";
 import { publishMany, readStream } from "../helpers/streams.js";
 import type { Relay } from "../../src/relay/relay.js";
@@ -129,4 +132,45 @@ test("a publish lost while another writer commits a newer version of its entity:
   );
   assert.equal(await metricValue(relay, "relay_corrections_total", { kind: "stale_version" }), 1);
   assert.equal(await metricValue(relay, "relay_stale_retries_total", {}), 1);
+});
+
+test("readVersions answers the committed version of each entity, as a claim compares with it: single Redis, Redis Cluster, memory", async (t) => {
+  const [redis, cluster] = await Promise.all([
+    withServers(t).startRedis({ appendonly: true }),
+    startRedisCluster(t, { masters: 3 }),
+  ]);
+  const config = { idTtlMs: 600_000, claimTtlMs: 30_000, strict: false };
+  const logger = pino({ level: "silent" });
+  const guards = {
+    single: new RedisGuard({ kind: "redis", url: redis.url }, config, {
+      logger,
+      scope: uniqueName("B:RV"),
+      linkName: "t",
+    }),
+    cluster: new RedisGuard({ kind: "redis", cluster: { nodes: cluster.seeds } }, config, {
+      logger,
+      scope: uniqueName("B:RVC"),
+      linkName: "t",
+    }),
+    memory: new MemoryGuard(config, { logger, scope: uniqueName("B:RVM"), linkName: "t" }),
+  };
+  for (const [name, g] of Object.entries(guards)) {
+    await g.start();
+    t.after(() => g.stop());
+    const items = Array.from({ length: 200 }, (_, i) => ({
+      id: `${name}-${i}`,
+      entity: `e${i % 40}`,
+      version: i,
+    }));
+    const claimed = await g.claim(items);
+    await g.commit(items.map((item, i) => ({ ...item, token: claimed[i]?.token ?? "" })));
+    const read = await g.readVersions(["e0", "e7", "e39", "never"]);
+    assert.deepEqual(
+      Object.fromEntries(read),
+      { e0: 160, e7: 167, e39: 199 },
+      `${name}: the last committed versions, none for an entity never committed`,
+    );
+    const again = await g.claim([{ id: `${name}-late`, entity: "e7", version: 167 }]);
+    assert.equal(again[0]?.decision, "stale", `${name}: the claim agrees`);
+  }
 });
