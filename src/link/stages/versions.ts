@@ -46,23 +46,27 @@ interface EntityRecord {
   held: number;
   /** The highest version of it stored (-1: none). */
   stored: number;
-  /** Entries of it with publish attempts not answered yet (PubAck, error or timeout), and how many. */
-  unanswered: Map<Entry, number> | undefined;
-  /** The highest version among `unanswered` (-1: none; undefined: to be found again). */
-  unansweredMax: number | undefined;
+  /** Entries of it with publish attempts not answered yet (PubAck, error or timeout). */
+  pending: number;
+  /**
+   * The highest version sent while `pending` has been above 0 (-1 when it is 0): an upper bound of the
+   * versions unanswered, exact again whenever every answer is in.
+   */
+  pendingMax: number;
 }
 
 /**
  * Per entity, what this link put in the destination while it holds any message of that entity: the
  * highest version stored (a PubAck, or found by its marker), kept after that message is committed and
- * gone, and the messages of it whose publish is not answered yet. A retried publish of an older version
- * is stale against a stored newer one (the guard knows it only after its commit, which may come later
- * than the retry), and waits for an unanswered newer one to be answered (stored or not). A publish
- * that failed (refused, timed out, its connection lost) counts as not stored: a newer version stored
- * without its PubAck reaching the relay is the reorder the relay detects and counts
+ * gone, and whether publishes of newer versions are still unanswered. A retried publish of an older
+ * version is stale against a stored newer one (the guard knows it only after its commit, which may come
+ * later than the retry), and waits for an unanswered newer one to be answered (stored or not). A
+ * publish that failed (refused, timed out, its connection lost) counts as not stored: a newer version
+ * stored without its PubAck reaching the relay is the reorder the relay detects and counts
  * (`relay_reordered_total`) when that newer message's retry gets its duplicate PubAck.
  * Held by the pipeline (`hold` when an entry arrives, `release` when it leaves the window), fed by the
- * publish stage (`sent`) and the PubAck stage (`answered`, `stored`).
+ * publish stage (`sent`) and the PubAck stage (`answered`, `stored`). A few lookups of one Map per
+ * message, none for a message without a version.
  */
 export class SentVersions {
   private readonly byEntity = new Map<string, EntityRecord>();
@@ -73,26 +77,23 @@ export class SentVersions {
     if (entity === undefined || version === undefined) return;
     const record = this.byEntity.get(entity);
     if (record) record.held++;
-    else this.byEntity.set(entity, { held: 1, stored: -1, unanswered: undefined, unansweredMax: -1 });
+    else this.byEntity.set(entity, { held: 1, stored: -1, pending: 0, pendingMax: -1 });
   }
 
   /** A publish attempt of the entry is going out (a dead-letter record applies no version). */
   sent(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record || entry.deadLetterReason !== undefined) return;
-    const unanswered = (record.unanswered ??= new Map());
-    unanswered.set(entry, (unanswered.get(entry) ?? 0) + 1);
-    if (record.unansweredMax !== undefined)
-      record.unansweredMax = Math.max(record.unansweredMax, entry.identity.version as number);
+    if (entry.unanswered++ === 0) record.pending++;
+    const version = entry.identity.version as number;
+    if (version > record.pendingMax) record.pendingMax = version;
   }
 
   /** An attempt of the entry was answered (a PubAck, an error, a timeout; `stored` follows a PubAck). */
   answered(entry: Entry): void {
+    if (entry.unanswered === 0 || entry.state === "done") return;
     const record = this.recordOf(entry);
-    const n = record?.unanswered?.get(entry);
-    if (!record || n === undefined) return;
-    if (n > 1) record.unanswered?.set(entry, n - 1);
-    else forget(record, entry);
+    if (--entry.unanswered === 0 && record) unpend(record);
   }
 
   /** The entry is in the destination. */
@@ -107,7 +108,10 @@ export class SentVersions {
   release(entry: Entry): void {
     const record = this.recordOf(entry);
     if (!record) return;
-    forget(record, entry);
+    if (entry.unanswered > 0) {
+      entry.unanswered = 0; // its answers, if they come, concern no record any more
+      unpend(record);
+    }
     if (--record.held <= 0) this.byEntity.delete(entry.identity.entity as string);
   }
 
@@ -117,17 +121,13 @@ export class SentVersions {
     return stored === undefined || stored < 0 ? undefined : stored;
   }
 
-  /** The highest version of `entity` whose publish is not answered yet. */
+  /**
+   * At least the highest version of `entity` whose publish is not answered yet (undefined: none is):
+   * while any is unanswered, the highest sent since they all last were.
+   */
   highestUnanswered(entity: string): number | undefined {
     const record = this.byEntity.get(entity);
-    if (!record) return undefined;
-    if (record.unansweredMax === undefined) {
-      // The highest of them was answered: found again once (versions grow along a window, so this is rare).
-      let max = -1;
-      for (const e of record.unanswered?.keys() ?? []) max = Math.max(max, e.identity.version as number);
-      record.unansweredMax = max;
-    }
-    return record.unansweredMax < 0 ? undefined : record.unansweredMax;
+    return record && record.pending > 0 ? record.pendingMax : undefined;
   }
 
   /** Entities with a record (tests). */
@@ -145,8 +145,9 @@ export class SentVersions {
   }
 }
 
-/** No attempt of `entry` is unanswered any more (or it left). */
-function forget(record: EntityRecord, entry: Entry): void {
-  if (!record.unanswered?.delete(entry)) return;
-  if (entry.identity.version === record.unansweredMax) record.unansweredMax = undefined;
+function unpend(record: EntityRecord): void {
+  if (--record.pending <= 0) {
+    record.pending = 0;
+    record.pendingMax = -1;
+  }
 }
