@@ -1,6 +1,9 @@
 import { test } from "node:test";
 import type { TestContext } from "node:test";
 import assert from "node:assert/strict";
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { env } from "node:process";
 import { setTimeout as delay } from "node:timers/promises";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { check, uniqueName } from "../helpers/check.js";
@@ -82,10 +85,21 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
       extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }\n`,
     }),
   );
+  const spawned: Member[] = [];
   const spawnMember = async (): Promise<Member> => {
     const process = spawnRelay(t, ["run", "--config", config, "--region", "b"]);
-    return { process, url: await process.httpUrl() };
+    const member = { process, url: await process.httpUrl() };
+    spawned.push(member);
+    return member;
   };
+  // CHAOS_LOG_DIR=<dir>: every relay process's log (killed ones too) is written there, to read what the
+  // relays decided in a run that failed.
+  t.after(async () => {
+    const dir = env["CHAOS_LOG_DIR"];
+    if (!dir) return;
+    await mkdir(dir, { recursive: true });
+    await Promise.all(spawned.map((m) => writeFile(join(dir, `chaos-${SEED}-relay-${m.process.pid ?? "?"}.log`), m.process.output())));
+  });
   let members = [await spawnMember(), await spawnMember()];
   // The one reorder the relay cannot prevent (README): a destination leader that dies may store a later
   // publish while an earlier one fails. Each relay counts what it saw in relay_reordered_total; the
