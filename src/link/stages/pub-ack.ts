@@ -37,7 +37,7 @@ export interface PubAckNeeds {
   /** Publishing rolls back to `index` (the publish stage's rollback). */
   readonly rollback: (index: number, err: RelayError) => void;
   readonly commit: Pick<CommitStage, "add">;
-  /** What of each entity is in the destination, or perhaps is: a retried older version is judged against it. */
+  /** What of each entity is in the destination, and what is on its way: a retried older version is judged against it. */
   readonly sent: Pick<SentVersions, "answered" | "stored">;
   readonly scheduler: Scheduler;
 }
