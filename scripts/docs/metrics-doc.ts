@@ -27,6 +27,7 @@ export const METRIC_AREAS: readonly {
     metrics: [
       "relay_messages_total",
       "relay_corrections_total",
+      "relay_stale_retries_total",
       "relay_replay_age_seconds",
       "relay_publish_duration_seconds",
       "relay_source_acks_total",

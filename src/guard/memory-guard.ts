@@ -208,6 +208,15 @@ export class MemoryGuard implements Guard {
     if (token.leaseRevision > newest) this.store.set(key, String(token.leaseRevision));
   }
 
+  async readVersions(entities: readonly string[]): Promise<ReadonlyMap<string, number>> {
+    const out = new Map<string, number>();
+    for (const entity of entities) {
+      const raw = this.store.get(this.keys.version(entity));
+      if (raw !== undefined) out.set(entity, Number(raw));
+    }
+    return out;
+  }
+
   async release(items: readonly ClaimedItem[]): Promise<void> {
     for (const item of items) {
       const key = this.keys.id(item.id);

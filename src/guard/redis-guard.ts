@@ -313,6 +313,12 @@ export class RedisGuard implements Guard {
     }
   }
 
+  async readVersions(entities: readonly string[]): Promise<ReadonlyMap<string, number>> {
+    if (entities.length === 0) return new Map();
+    checkIds(entities.map((entity) => ({ id: entity, entity })));
+    return this.layout.versions(entities);
+  }
+
   async release(items: readonly ClaimedItem[]): Promise<void> {
     if (items.length === 0) return;
     checkIds(items);

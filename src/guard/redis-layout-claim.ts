@@ -1,5 +1,5 @@
 import { ErrorCodes, RelayError } from "../errors.js";
-import { entityField, hashIndex, parseDirectory } from "./layout.js";
+import { digest, entityField, groupOf, hashIndex, parseDirectory } from "./layout.js";
 import { CLAIM_LUA, DECISION_CODES, KEYED_REPLY, VERSIONS_LUA, claimValue } from "./lua.js";
 import { leaseClaimToken } from "./lease-claims.js";
 import { fenceArg, leaseToken } from "./fence.js";
@@ -123,7 +123,25 @@ export async function claimGroup(
 
 /** Stored versions of the batch's entities, each from its own group (Redis Cluster), as raw strings. */
 export async function readVersions(ctx: LayoutContext, items: readonly Item[]): Promise<Map<string, string>> {
-  const entities = [...distinctEntities(items).keys()];
+  return readVersionsOf(ctx, [...distinctEntities(items).keys()]);
+}
+
+/**
+ * The stored versions of entities by name (absent: none stored), each read in its own group: what a
+ * retried publish is judged against again (Guard.readVersions).
+ */
+export async function readEntityVersions(ctx: LayoutContext, names: readonly string[], groups: number): Promise<Map<string, number>> {
+  const entities = [...new Set(names)].map((name): Entity => {
+    const d = digest(name);
+    return { name, digest: d, group: groupOf(d, groups) };
+  });
+  const raw = await readVersionsOf(ctx, entities);
+  const out = new Map<string, number>();
+  for (const [name, v] of raw) if (v !== "" && Number.isFinite(Number(v))) out.set(name, Number(v));
+  return out;
+}
+
+async function readVersionsOf(ctx: LayoutContext, entities: readonly Entity[]): Promise<Map<string, string>> {
   const byGroup = new Map<number, Entity[]>();
   for (const e of entities) push(byGroup, e.group, e);
   const out = new Map<string, string>();

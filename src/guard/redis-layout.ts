@@ -2,7 +2,7 @@ import { leaseToken } from "./fence.js";
 import { isLeaseClaim } from "./lease-claims.js";
 import { RELEASE_LUA, claimValue } from "./lua.js";
 import { failures, prepare, split } from "./redis-layout-batch.js";
-import { claimGroup, readVersions } from "./redis-layout-claim.js";
+import { claimGroup, readEntityVersions, readVersions } from "./redis-layout-claim.js";
 import { commitGroup, versionRecords } from "./redis-layout-commit.js";
 import { LayoutContext } from "./redis-layout-context.js";
 import type { LayoutClientOptions } from "./redis-layout-context.js";
@@ -96,6 +96,13 @@ export class LayoutClient {
     if (failed !== undefined) throw failed;
     this.ctx.leaseClaims.ended(leased);
     return settled.reduce((sum, s) => sum + (s.status === "fulfilled" ? s.value : 0), 0);
+  }
+
+  // ---- versions ---------------------------------------------------------------------------------
+
+  /** The stored versions of `entities` (absent: none), each read in its own slot group. */
+  async versions(entities: readonly string[]): Promise<Map<string, number>> {
+    return readEntityVersions(this.ctx, entities, this.o.groups);
   }
 
   // ---- release ----------------------------------------------------------------------------------

@@ -151,6 +151,13 @@ export interface Guard {
   commit(items: readonly ClaimedItem[], opts?: CommitOptions): Promise<void>;
   /** Deletes claims still holding our token. One round trip. Never throws for a claim that expired. */
   release(items: readonly ClaimedItem[]): Promise<void>;
+  /**
+   * The committed version of each entity (absent: none stored), as a claim compares with: for a
+   * retried publish judged again before it goes (a newer version committed since its claim makes it
+   * stale). One round trip per slot group holding the entities. Rejects with GUARD_UNAVAILABLE.
+   * Absent on a guard without versions (the none guard).
+   */
+  readVersions?(entities: readonly string[]): Promise<ReadonlyMap<string, number>>;
   /** Idempotent. */
   stop(): Promise<void>;
 

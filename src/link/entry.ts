@@ -42,6 +42,13 @@ export interface Entry {
   guardKey?: string;
   /** Bumped on every publish attempt: a callback for an older attempt is ignored. */
   attempt: number;
+  /** Publish attempts of it not answered yet (a PubAck, an error or a timeout each): see SentVersions. */
+  unanswered: number;
+  /**
+   * The `attempt` a retry was last judged again at against the guard's committed versions (0: never):
+   * a versioned message retried at another attempt is judged again before it is published.
+   */
+  judgedAttempt: number;
   publishStartedAt: number;
   /** The PubAck said duplicate: the destination already had it (a broker-side correction). */
   brokerDuplicate?: boolean;
@@ -161,6 +168,8 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     deadLetterReason: undefined,
     haltWith: undefined,
     attempt: 0,
+    unanswered: 0,
+    judgedAttempt: 0,
     publishStartedAt: 0,
     firstAttemptMs: 0,
     destFloor: 0,

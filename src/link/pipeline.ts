@@ -17,11 +17,12 @@ import { Health } from "./stages/health.js";
 import { Intake } from "./stages/intake.js";
 import { PubAckStage } from "./stages/pub-ack.js";
 import { PublishStage } from "./stages/publish.js";
+import { RetryJudge } from "./stages/retry-judge.js";
 import { PumpScheduler } from "./stages/scheduler.js";
 import { SourceAckStage } from "./stages/source-ack.js";
 import { Tally } from "./stages/tally.js";
 import type { LastError } from "./stages/tally.js";
-import { UncommittedVersions } from "./stages/versions.js";
+import { SentVersions, UncommittedVersions } from "./stages/versions.js";
 import { EntryWindow } from "./stages/window.js";
 
 export type { DestinationFacts, DestinationMarkers, PipelineEvents } from "./stages/common.js";
@@ -57,7 +58,8 @@ export interface PipelineDeps {
  *
  *   intake       identity; loops, redundant routes and redeliveries of finished messages acked, not published
  *   claim        guard.claim, one round trip per batch, in arrival order (held claims wait in place)
- *   publish      publish(Nats-Msg-Id) pipelined in source order; late retries look in the destination first
+ *   publish      publish(Nats-Msg-Id) pipelined in source order; late retries look in the destination first,
+ *                and a retried older version of an entity is judged again (retry-judge.ts)
  *   pub-ack      PubAck (or a marker found): stored → on to commit; stray, restart, too large, rollback
  *   commit       guard.commit, one round trip per batch, in PubAck order
  *   source-ack   ack at the source (each, or cumulative), only while the lease is valid
@@ -77,6 +79,7 @@ export class Pipeline {
   private readonly state: PathState;
   private readonly ledger = new DestinationLedger();
   private readonly versions = new UncommittedVersions();
+  private readonly sent = new SentVersions();
   private readonly tally: Tally;
   private readonly health: Health;
   private readonly intake: Intake;
@@ -90,7 +93,7 @@ export class Pipeline {
   constructor(deps: PipelineDeps) {
     const { link, guard, metrics, logger } = deps;
     const owns = (): boolean => deps.owns();
-    const { window, scheduler, ledger, versions } = this;
+    const { window, scheduler, ledger, versions, sent } = this;
     const fencingToken = (): FencingTokenOption => fencingTokenOption(deps);
     this.state = new PathState((err) => deps.events.halt(err));
     const state = this.state;
@@ -99,11 +102,12 @@ export class Pipeline {
     const deadLetters = new DeadLetters({ link, logger, tally, versions });
     const collisions = new CollisionCheck({ link: link.name, markers: deps.markers, metrics, logger });
     // Built from the last stage back: each is handed the next one it passes messages on to.
-    const sourceAck = (this.sourceAck = new SourceAckStage({ link, acks: deps.acks, metrics, owns, window, ledger, versions, tally, scheduler, drained: () => this.notifyDrained() }));
+    const sourceAck = (this.sourceAck = new SourceAckStage({ link, acks: deps.acks, metrics, owns, window, ledger, versions, sent, tally, scheduler, drained: () => this.notifyDrained() }));
     const commit = (this.commit = new CommitStage({ link, guard, metrics, owns, fencingToken, health, sourceAck, scheduler }));
     const rollback = (index: number, err: RelayError) => this.publish.rollback(index, err);
-    const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, scheduler }));
-    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, scheduler });
+    const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, sent, scheduler }));
+    const judge = new RetryJudge({ link, guard, logger, owns, metrics, window, sent, health, tally, sourceAck, scheduler });
+    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, scheduler });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
     this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck });
   }
@@ -133,6 +137,7 @@ export class Pipeline {
     const entry = this.intake.admit(msg, snapshot);
     if (entry === undefined) return; // finished at intake (or fenced): nothing to publish
     this.window.add(entry);
+    this.sent.hold(entry);
     this.scheduler.schedule();
     if (entry.state === "claim") this.claim.add(entry); // else a bad message: ready as a halt or a dead-letter record
   }
@@ -238,6 +243,7 @@ export class Pipeline {
     this.pubAck.clear();
     this.ledger.reset();
     this.versions.clear();
+    this.sent.clear();
     if (claimed.length > 0) await this.claim.release(claimed);
     this.notifyDrained();
   }

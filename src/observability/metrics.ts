@@ -126,6 +126,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    staleRetries: new Counter({
+      name: "relay_stale_retries_total",
+      help: "Retried publishes dropped as stale versions when judged again (a newer version of the entity was sent to the destination or committed in the guard after the first attempt failed); also counted as stale_version corrections",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     destinationChanges: new Counter({
       name: "relay_destination_changes_total",
       help: "Changes to the link's destination stream seen while it runs, by kind (created|updated|deleted|other_created|reconnected|restarted): each holds publishing until the stream is read again",

@@ -39,6 +39,11 @@ export interface FaultReport {
   readonly sourceDuplicates?: number;
   /** Expected ids with no copy in the destination. */
   readonly lost: number;
+  /**
+   * Of the lost, those whose entity the destination holds at a newer version: what the guard drops as a
+   * stale version (a retried publish judged again after a newer version of its entity was stored).
+   */
+  readonly lostSuperseded: number;
   /** Copies beyond the first of an expected id (so stored = messages - lost + duplicated + extra). */
   readonly duplicated: number;
   /** First copies stored after a message that comes later in source order (overall). */
@@ -138,12 +143,17 @@ export function computeReport(
     else highestBySubject.set(copy.subject, s.seq);
   }
 
-  const lostIds = expected.filter((s) => !copies.has(s.id)).map((s) => s.id);
+  const lostMessages = expected.filter((s) => !copies.has(s.id));
+  const lostIds = lostMessages.map((s) => s.id);
+  const lostSuperseded = lostMessages.filter(
+    (s) => s.entity !== undefined && s.version !== undefined && (highestVersion.get(s.entity) ?? -Infinity) > s.version,
+  ).length;
   return {
     fault,
     messages: expected.length,
     ...(sourceDuplicates > 0 ? { sourceDuplicates } : {}),
     lost: lostIds.length,
+    lostSuperseded,
     duplicated,
     reordered,
     reorderedBySubject,
@@ -240,6 +250,11 @@ export function assertDelivery(
     reorderedAllowed?: number;
     /** Versions seen going back that are allowed (each message the server itself reordered moves its entity's version back). */
     versionsRegressedAllowed?: number;
+    /**
+     * Lost messages allowed when each is superseded (the destination holds a newer version of its
+     * entity): the stale drops the relays counted (`relay_stale_retries_total`). Default 0.
+     */
+    staleDropsAllowed?: number;
     relayedMustEqualStored?: boolean;
     /** false: source order is promised per subject only (a partitioned link: partitions interleave). */
     overallOrder?: boolean;
@@ -253,7 +268,14 @@ export function assertDelivery(
 ): void {
   const allowed = opts.reorderedAllowed ?? 0;
   const problems: string[] = [];
-  if (report.lost !== 0) problems.push(`${report.lost} lost`);
+  const staleAllowed = opts.staleDropsAllowed ?? 0;
+  const superseded = Math.min(report.lostSuperseded, staleAllowed);
+  if (report.lost - superseded !== 0)
+    problems.push(
+      staleAllowed === 0
+        ? `${report.lost} lost`
+        : `${report.lost} lost (${report.lostSuperseded} superseded by a newer version, ${staleAllowed} stale drops allowed)`,
+    );
   if (report.duplicated !== 0) problems.push(`${report.duplicated} duplicated`);
   if (report.extra !== 0) problems.push(`${report.extra} extra`);
   if (opts.overallOrder !== false && report.reordered > allowed) problems.push(`${report.reordered} reordered (allowed ${allowed})`);

@@ -19,6 +19,7 @@ import type { PathState, PipelineEvents, Scheduler } from "./common.js";
 import type { DeadLetters } from "./dead-letter.js";
 import type { Health } from "./health.js";
 import type { Tally } from "./tally.js";
+import type { SentVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
 
 export interface PubAckNeeds {
@@ -36,6 +37,8 @@ export interface PubAckNeeds {
   /** Publishing rolls back to `index` (the publish stage's rollback). */
   readonly rollback: (index: number, err: RelayError) => void;
   readonly commit: Pick<CommitStage, "add">;
+  /** What of each entity is in the destination, and what is on its way: a retried older version is judged against it. */
+  readonly sent: Pick<SentVersions, "answered" | "stored">;
   readonly scheduler: Scheduler;
 }
 
@@ -59,6 +62,7 @@ export class PubAckStage {
 
   /** The answer to publish attempt `attempt` of `entry`. */
   onPubAck(entry: Entry, attempt: number, err: RelayError | null, ack: PubAck | null): void {
+    this.needs.sent.answered(entry);
     if (entry.state !== "publishing" && entry.state !== "ready") return;
     const { link, state, window } = this.needs;
     if (this.strayFrom !== undefined && entry.seq > this.strayFrom) {
@@ -123,6 +127,7 @@ export class PubAckStage {
       this.needs.events.destinationRestarted(detail);
     }
     entry.state = "published";
+    this.needs.sent.stored(entry);
     if (entry.seq > this.highestStored) this.highestStored = entry.seq;
     entry.destSeq = ack.seq;
     entry.brokerDuplicate = ack.duplicate;

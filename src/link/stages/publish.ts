@@ -3,8 +3,8 @@
  * cursor never passes an entry without a guard verdict, and a failed publish rolls it back, so the
  * failed message and everything after it without a PubAck is published again in order (what did land
  * is absorbed by broker dedup). Before a publish, what the start scan found stored is not sent again,
- * and a retry late enough for broker dedup to have forgotten the id first looks for the message's
- * marker in the destination.
+ * a retry late enough for broker dedup to have forgotten the id first looks for the message's
+ * marker in the destination, and a retry of a versioned message is judged again (retry-judge.ts).
  */
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
@@ -17,6 +17,8 @@ import type { DestinationFacts, DestinationMarkers, PathState, Scheduler } from 
 import type { DeadLetters } from "./dead-letter.js";
 import type { Health } from "./health.js";
 import type { PubAckStage } from "./pub-ack.js";
+import type { RetryJudge } from "./retry-judge.js";
+import type { SentVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
 
 export interface PublishNeeds {
@@ -30,6 +32,9 @@ export interface PublishNeeds {
   readonly health: Pick<Health, "publishBlockedUntil" | "publishFailed">;
   readonly deadLetters: Pick<DeadLetters, "oversized">;
   readonly pubAck: Pick<PubAckStage, "onPubAck" | "onStored">;
+  /** A retry of a versioned message is judged again before it goes (retry-judge.ts). */
+  readonly judge: Pick<RetryJudge, "applies" | "judge">;
+  readonly sent: Pick<SentVersions, "sent">;
   readonly scheduler: Scheduler;
 }
 
@@ -91,9 +96,16 @@ export class PublishStage {
           this.verifyLateRetries(window.publishPos, dest);
           return;
         }
+        if (this.needs.judge.applies(entry)) {
+          // A retry lands after what was stored meanwhile: a newer version of its entity makes it stale.
+          const verdict = this.needs.judge.judge(entry, window.publishPos);
+          if (verdict === "wait") return;
+          if (verdict === "stale") continue; // finished: the cursor moves past it
+        }
       }
       window.publishPos++;
       entry.state = "publishing";
+      this.needs.sent.sent(entry);
       const attempt = ++entry.attempt;
       entry.publishStartedAt = startedAt;
       if (entry.firstAttemptMs === 0) {

@@ -12,7 +12,7 @@ import type { DestinationLedger } from "../destination-ledger.js";
 import type { Entry } from "../entry.js";
 import type { Scheduler } from "./common.js";
 import type { Tally } from "./tally.js";
-import type { UncommittedVersions } from "./versions.js";
+import type { SentVersions, UncommittedVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
 
 export interface SourceAckNeeds {
@@ -24,6 +24,7 @@ export interface SourceAckNeeds {
   readonly window: Pick<EntryWindow, "bySeq" | "size" | "remove" | "lowestHeld">;
   readonly ledger: Pick<DestinationLedger, "done">;
   readonly versions: Pick<UncommittedVersions, "settled">;
+  readonly sent: Pick<SentVersions, "release">;
   readonly tally: Pick<Tally, "count" | "counters">;
   readonly scheduler: Scheduler;
   /** The window is empty now: whoever waits for the pipeline to drain is told. */
@@ -58,7 +59,7 @@ export class SourceAckStage {
       this.needs.tally.counters.replayAge.observe(Math.max(0, (Date.now() - entry.sourceMs) / 1000));
     }
     const window = this.needs.window;
-    window.remove(entry);
+    if (window.remove(entry)) this.needs.sent.release(entry);
     if (window.size === 0) {
       // Drained: a stop or a handover releases the lease next, so the cumulative ack goes now.
       this.flush();

@@ -69,11 +69,13 @@ export class EntryWindow {
     this.heldBytes += entry.heldBytes;
   }
 
-  /** The entry is done (acked, or left for the next owner): it no longer counts. */
-  remove(entry: Entry): void {
+  /** The entry is done (acked, or left for the next owner): it no longer counts. False when it was not held. */
+  remove(entry: Entry): boolean {
     entry.state = "done";
-    if (this.bySeq.delete(entry.seq)) this.heldBytes -= entry.heldBytes;
+    const held = this.bySeq.delete(entry.seq);
+    if (held) this.heldBytes -= entry.heldBytes;
     if (this.outOfOrder.size > 0) this.outOfOrder.delete(entry);
+    return held;
   }
 
   /**
