@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+source scripts/runtime.sh
 exec npx tsx src/cli.ts demo "$@"

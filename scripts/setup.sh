@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests need on a fresh Debian machine with Node 20:
+# Installs what the demo and the tests need on a fresh Debian machine (Node.js 22 into .tools/ when the
+# machine's is older, see runtime.sh):
 # npm packages, nats-server / redis-server from apt when they are missing, and (SETUP_PROMTOOL=1)
 # promtool and prometheus unpacked from Debian's package into .tools/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# npm ci and everything after it on the project's Node.js runtime (Node 22 fetched into .tools/ when older).
+source scripts/runtime.sh
 need=()
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)

@@ -20,6 +20,7 @@ if ! [[ "$seed" =~ ^[0-9]+$ ]] || ! [[ "$minutes" =~ ^[0-9]+([.][0-9]+)?$ ]]; th
   exit 2
 fi
 bash scripts/setup.sh || exit $?
+source scripts/runtime.sh
 echo "chaos soak: seed $seed, $minutes minutes"
 # The soak's own length, plus settling and setup.
 timeout_ms="$(awk -v m="$minutes" 'BEGIN { printf "%d", (m * 60 + 600) * 1000 }')"

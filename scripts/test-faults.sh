@@ -12,7 +12,8 @@ for arg in "$@"; do
   esac
 done
 bash scripts/setup.sh || exit $?
-# Node 20's --test takes no globs, so the file list is built here.
+source scripts/runtime.sh
+# The file list is built here (one sorted list, the same on every Node.js).
 mapfile -t files < <(find test/faults -name '*.test.ts' | sort)
 if [ "${#files[@]}" -eq 0 ]; then echo "no fault tests found" >&2; exit 1; fi
 FAULTS_REPORT="$(mktemp "${TMPDIR:-/tmp}/fault-report-XXXXXX.jsonl")"
