@@ -271,7 +271,9 @@ export class Relay {
       this.metrics.linkOwner.set({ link: config.name }, 0);
       link = new Link({
         config,
-        links: this.config.links,
+        // Read at each use: a reload that adds a direct route into this link's stream (a region joining
+        // a mesh) applies without restarting the link.
+        links: () => this.config.links,
         sourceRegion,
         source,
         dest,
