@@ -28,11 +28,16 @@ export async function configCommand(argv: readonly string[]): Promise<number> {
     return 0;
   }
   if (sub !== "expand") {
-    throw new RelayError(ErrorCodes.USAGE, `config: unknown subcommand ${JSON.stringify(sub ?? "")}\n\n${helpText(configSpec)}`);
+    throw new RelayError(
+      ErrorCodes.USAGE,
+      `config: unknown subcommand ${JSON.stringify(sub ?? "")}\n\n${helpText(configSpec)}`,
+    );
   }
   const path = requireString(configSpec, values, "config");
   const config = await loadConfig(path); // every problem reported as `run` would, before anything is printed
-  const tree = parseDocument(await readFile(path, "utf8"), { merge: true }).toJS({ maxAliasCount: 1000 }) as unknown;
+  const tree = parseDocument(await readFile(path, "utf8"), { merge: true }).toJS({
+    maxAliasCount: 1000,
+  }) as unknown;
   const expansion = expandMeshes(tree);
   const handWritten = config.links.length - expansion.links.length;
   const lines = [

@@ -131,7 +131,9 @@ export function expandMeshes(tree: unknown): MeshExpansion {
     streams.forEach((s, i) => {
       if (s === undefined) return;
       const part = s.label.toLowerCase();
-      if (!LINK_NAME_PART.test(part)) {
+      if (/[\s.*>/\\]/.test(part)) {
+        streams[i] = undefined; // not a stream name at all: the schema says so
+      } else if (!LINK_NAME_PART.test(part)) {
         problems.push({
           path: at("streams", i),
           message: `stream ${quote(s.label)} cannot be part of a link name (letters, digits, "-" and "_"): write it as { name: <label>, in: { <region>: ${s.label}, ... } }`,
@@ -182,7 +184,10 @@ export function expandMeshes(tree: unknown): MeshExpansion {
         return entry;
       });
     const overrides = pairChecks("overrides");
-    const excludes = pairChecks("exclude");
+    // An entry with none of from, to and stream (misspelt keys: the schema says so) excludes nothing.
+    const excludes = pairChecks("exclude").filter((e) =>
+      ["from", "to", "stream"].some((k) => e[k] !== undefined),
+    );
     // Only the keys a mesh may set (the schema reports the others at the mesh).
     const defaults = Object.fromEntries(
       Object.entries(asRecord(mesh.link) ?? {}).filter(([k]) => MESH_LINK_KEYS.has(k)),
