@@ -40,7 +40,9 @@ shutdown: { grace: 10s }
   await Promise.all(three.map(async (r) => relays.set(r, await startRelay(t, yaml(three), r))));
   assert.equal(relays.get("a")?.config.links.length, 6, "3 regions: 6 links from the mesh");
 
-  const before = (await Promise.all(three.map((r) => publishIds(nc(r), `${stream}.${r}`, `${r}-1`, 200)))).flat();
+  const before = (
+    await Promise.all(three.map((r) => publishIds(nc(r), `${stream}.${r}`, `${r}-1`, 200)))
+  ).flat();
   for (const r of three) await waitForCount(nc(r), stream, before.length, 30_000, `in ${r}`);
   // What each running link is before the reload: its run (first state) and its source consumer.
   const linkName = (from: string, to: string) => `m_${stream.toLowerCase()}_${from}-to-${to}`;
@@ -50,7 +52,8 @@ shutdown: { grace: 10s }
   const consumers = new Map<string, string>();
   for (const to of three) {
     for (const l of relays.get(to)!.relay.status().links) runs.set(l.name, l.stateHistory[0]?.at);
-    for (const from of three.filter((f) => f !== to)) consumers.set(linkName(from, to), await consumerCreated(from, to));
+    for (const from of three.filter((f) => f !== to))
+      consumers.set(linkName(from, to), await consumerCreated(from, to));
   }
   assert.equal(runs.size, 6);
 
@@ -65,12 +68,17 @@ shutdown: { grace: 10s }
     assert.deepEqual(report.removed ?? [], []);
     assert.deepEqual(
       [...(report.unchanged ?? [])].sort(),
-      three.filter((f) => f !== to).map((f) => linkName(f, to)).sort(),
+      three
+        .filter((f) => f !== to)
+        .map((f) => linkName(f, to))
+        .sort(),
     );
   }
   relays.set("d", await startRelay(t, yaml(names), "d"));
 
-  const after = (await Promise.all(names.map((r) => publishIds(nc(r), `${stream}.${r}`, `${r}-2`, 200)))).flat();
+  const after = (
+    await Promise.all(names.map((r) => publishIds(nc(r), `${stream}.${r}`, `${r}-2`, 200)))
+  ).flat();
   const all = [...before, ...after];
   for (const r of names) await waitForCount(nc(r), stream, all.length, 40_000, `in ${r}`);
   for (const r of names) await assertExactlyOnce(nc(r), stream, all);
@@ -83,7 +91,11 @@ shutdown: { grace: 10s }
       const link = status.links.find((l) => l.name === name);
       assert.equal(link?.stateHistory[0]?.at, runs.get(name), `${name}: not restarted`);
       assert.equal(link?.state, "live", name);
-      assert.equal(await consumerCreated(from, to), consumers.get(name), `${name}: its durable was not re-created`);
+      assert.equal(
+        await consumerCreated(from, to),
+        consumers.get(name),
+        `${name}: its durable was not re-created`,
+      );
     }
     assert.equal(
       await metricValue(relays.get(to)!.relay, "relay_messages_total", { outcome: "relayed" }),
@@ -92,7 +104,12 @@ shutdown: { grace: 10s }
     );
   }
   // The running links read d's direct routes at once: no copy of d's messages came by two hops.
-  for (const r of names) assert.equal(await metricValue(relays.get(r)!.relay, "relay_corrections_total", {}), 0, `${r}: no duplicate absorbed`);
+  for (const r of names)
+    assert.equal(
+      await metricValue(relays.get(r)!.relay, "relay_corrections_total", {}),
+      0,
+      `${r}: no duplicate absorbed`,
+    );
   assert.ok(Date.now() - started < 60_000, `bounded: took ${Date.now() - started} ms`);
   // Stopped here, while their servers run (the hooks stop the servers first); stop() is idempotent.
   await Promise.all([...relays.values()].map((r) => r.relay.stop(AbortSignal.timeout(5_000))));
