@@ -81,7 +81,7 @@ export const MeshSchema = obj({
       "Unique among meshes. The first part of every generated link's name (`<mesh>_<stream>_<from>-to-<to>`).",
   }),
   regions: z.array(regionRef).min(2, { error: "a mesh needs at least two regions" }).meta({
-    allowed: "at least two keys of `regions`",
+    allowed: "at least two",
     description:
       "The regions of the mesh. Each stream is relayed from every one to every other (active-active: each region's stream is both a source and a destination; loop prevention stops the echoes).",
   }),
@@ -109,12 +109,10 @@ export const MeshSchema = obj({
         to: regionRef
           .optional()
           .meta({ defaultText: "any region", description: "The destination region of the links left out." }),
-        stream: streamName
-          .optional()
-          .meta({
-            defaultText: "every stream",
-            description: "The stream (its `name` in `streams`) whose links are left out.",
-          }),
+        stream: streamName.optional().meta({
+          defaultText: "every stream",
+          description: "The stream (its `name` in `streams`) whose links are left out.",
+        }),
       }),
     )
     .optional()

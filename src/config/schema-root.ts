@@ -28,7 +28,7 @@ export const ConfigSchema = obj({
   meshes: z.array(MeshSchema).optional().meta({
     defaultText: "none",
     description:
-      "Sets of regions and streams declared once, each expanded into a link per stream and direction between every two of its regions (as if written under `links`). See [Meshes](#meshes).",
+      "Regions and streams declared once, expanded into a link per stream and direction. See [Meshes](#meshes).",
   }),
   http: obj({
     listen: listenAddress.optional().meta({
