@@ -271,9 +271,7 @@ export class Relay {
       this.metrics.linkOwner.set({ link: config.name }, 0);
       link = new Link({
         config,
-        // Read at each use: a reload that adds a direct route into this link's stream (a region joining
-        // a mesh) applies without restarting the link.
-        links: () => this.config.links,
+        links: () => this.config.links, // the running config's: a new direct route applies without a restart
         sourceRegion,
         source,
         dest,
