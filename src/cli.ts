@@ -13,6 +13,10 @@ const COMMANDS: Record<string, { summary: string; load: () => Promise<Command> }
     summary: "validate a config file and show what each region's relay runs",
     load: async () => (await import("./cli/check-command.js")).checkCommand,
   },
+  config: {
+    summary: "expand: print the links a config's meshes expand to, as YAML",
+    load: async () => (await import("./cli/config-command.js")).configCommand,
+  },
   streams: {
     summary: "plan|apply: create or update the streams and bucket the links need in each region",
     load: async () => (await import("./cli/streams-command.js")).streamsCommand,

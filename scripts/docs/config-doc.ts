@@ -31,6 +31,7 @@ export const CONFIG_SECTIONS: readonly { readonly id: string; readonly keys: (pa
   { id: "tls", keys: under(["regions.<name>.tls", "links[].guard.redis.tls"]) },
   { id: "links", keys: under(["links"], ["links[].to.subject", "links[].guard"]) },
   { id: "links-subject", keys: under(["links[].to.subject"]) },
+  { id: "meshes", keys: under(["meshes"]) },
   { id: "guard", keys: under(["links[].guard"], ["links[].guard.redis", "links[].guard.versions"]) },
   { id: "guard-redis", keys: under(["links[].guard.redis"], ["links[].guard.redis.tls"]) },
   { id: "guard-versions", keys: under(["links[].guard.versions"]) },

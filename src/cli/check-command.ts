@@ -31,6 +31,9 @@ export async function checkCommand(argv: readonly string[]): Promise<number> {
   const config = await loadConfig(path);
   selectLinks(config, region); // a USAGE error for an unknown --region, before anything is printed
   console.log(`config ${path} is valid: ${plural(config.regions.size, "region")}, ${plural(config.links.length, "link")}`);
+  for (const mesh of config.meshes ?? []) {
+    console.log(`mesh ${mesh.name}: expands to ${plural(mesh.links.length, "link")} (jetstream-relay config expand prints them)`);
+  }
   for (const name of config.regions.keys()) {
     if (region !== undefined && name !== region) continue;
     const links = config.links.filter((l) => l.to.region === name);

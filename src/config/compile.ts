@@ -202,7 +202,10 @@ function compileLink(l: ParsedLink): LinkConfig {
  * Applies every default and freezes the result (objects and arrays deeply; the regions Map
  * rejects set/delete/clear). Expects a config that passed `validateConfig`.
  */
-export function compileConfig(parsed: ParsedConfig): RelayConfig {
+export function compileConfig(
+  parsed: ParsedConfig,
+  meshes: ReadonlyMap<string, readonly string[]> = new Map(),
+): RelayConfig {
   const regions = new FrozenMap<string, RegionConfig>(
     Object.entries(parsed.regions).map(([name, r]) => [name, compileRegion(name, r)] as const),
   );
@@ -227,6 +230,9 @@ export function compileConfig(parsed: ParsedConfig): RelayConfig {
       renewMs: parsed.group?.renew ?? DEFAULTS.leaseRenewMs,
     },
     reload: { watch: parsed.reload?.watch ?? DEFAULTS.reloadWatch },
+    ...(meshes.size === 0
+      ? {}
+      : { meshes: [...meshes].map(([name, links]) => ({ name, links: [...links] })) }),
   });
 }
 

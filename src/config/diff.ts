@@ -4,9 +4,10 @@
  *
  * Links are compared as the relay runs them: by unit (a link, or each partition of a partitioned link)
  * and name. A unit is unchanged when everything it runs with is the same: its compiled config, its
- * source region's connection settings, and the source regions with a direct link into its destination
- * stream (redundant-path suppression reads them). Unchanged units are left alone; the others are
- * stopped (after a drain) and started with the new config.
+ * source region's connection settings. Unchanged units are left alone; the others are stopped (after a
+ * drain) and started with the new config. The direct routes into a unit's stream (what redundant-path
+ * suppression reads) are not part of it: a running link reads them from the config running now, so
+ * adding a region to a mesh starts only the new region's links.
  *
  * Settings that cannot change under a running relay are kept at their running value until a restart
  * (`needsRestart`): this relay's own region (its connection carries every link, the group and the
@@ -18,7 +19,6 @@
  */
 import { ErrorCodes, RelayError } from "../errors.js";
 import { leaseKey } from "./lease-key.js";
-import { directRoutesFor } from "./routes.js";
 import { canonicalJson } from "./compile.js";
 import { linkUnits } from "./partitions.js";
 import type { LinkConfig, RegionConfig, RelayConfig } from "./types.js";
@@ -65,8 +65,9 @@ export function unitFingerprint(unit: LinkConfig, config: RelayConfig): string {
     // startAt applies only to a link without a record, and a running link has one (its consumer): a
     // change alone does not restart it; the new value applies from the link's next start.
     unit: { ...unit, startAt: undefined },
+    // Not the direct routes into its stream: a running link reads them from the running config (so a
+    // region joining a mesh starts only its own links).
     source: config.regions.get(unit.from.region),
-    directRoutes: [...directRoutesFor(unit, config.links)].sort(),
   });
 }
 

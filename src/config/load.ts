@@ -61,7 +61,11 @@ function openerOf(text: string, noticedAt: number, message: string): number | un
     const at = text.lastIndexOf(quote, noticedAt - 1);
     return at >= 0 ? at : undefined;
   }
-  const pair = /^Flow sequence/.test(message) ? ["[", "]"] : /^Flow map/.test(message) ? ["{", "}"] : undefined;
+  const pair = /^Flow sequence/.test(message)
+    ? ["[", "]"]
+    : /^Flow map/.test(message)
+      ? ["{", "}"]
+      : undefined;
   if (!pair) return undefined;
   let depth = 0;
   for (let i = Math.min(noticedAt, text.length) - 1; i >= 0; i--) {
@@ -120,7 +124,7 @@ export function parseConfigText(text: string, sourceName: string, env: Env = pro
     const secrets = collectSecrets(interpolated.value);
     throw invalid(sourceName, sortProblems(interpolated.value, problems).map(formatProblem), secrets);
   }
-  return compileConfig(validation.config);
+  return compileConfig(validation.config, validation.meshes);
 }
 
 /**

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { DEFAULTS } from "./defaults.js";
 import { boolean, duration, list, listenAddress, obj, oneOf } from "./schema-fields.js";
 import { LinkSchema } from "./schema-links.js";
+import { MeshSchema } from "./schema-meshes.js";
 import { RegionsSchema } from "./schema-regions.js";
 
 export const LOG_LEVELS = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
@@ -23,6 +24,11 @@ export const ConfigSchema = obj({
   links: list(LinkSchema, "must list at least one link").meta({
     description:
       "The links. Each copies the messages of one stream in one region to a stream in another. See [`links`](#links).",
+  }),
+  meshes: z.array(MeshSchema).optional().meta({
+    defaultText: "none",
+    description:
+      "Regions and streams declared once, expanded into a link per stream and direction. See [Meshes](#meshes).",
   }),
   http: obj({
     listen: listenAddress.optional().meta({

@@ -26,6 +26,8 @@ import { crossChecks } from "./cross-checks.js";
 import { ConfigSchema } from "./schema-root.js";
 import type { ParsedConfig } from "./schema-root.js";
 import { issueProblems } from "./schema-issues.js";
+import { expandMeshes, groupMeshProblems, placeProblem } from "./mesh.js";
+import type { ConfigProblem as PlacedProblem } from "./problems.js";
 
 export type { ConfigPath, ConfigProblem } from "./problems.js";
 export { formatPath, formatProblem, sortProblems } from "./problems.js";
@@ -35,7 +37,12 @@ export type { ParsedConfig, ParsedLink, ParsedRegion } from "./schema-root.js";
 export { crossChecks } from "./cross-checks.js";
 
 export type ValidationResult =
-  | { readonly ok: true; readonly config: ParsedConfig }
+  | {
+      readonly ok: true;
+      readonly config: ParsedConfig;
+      /** The links each mesh generated, by mesh name (in the file's order). */
+      readonly meshes: ReadonlyMap<string, readonly string[]>;
+    }
   | { readonly ok: false; readonly problems: readonly ConfigProblem[] };
 
 function startsWith(path: ConfigPath, prefix: ConfigPath): boolean {
@@ -48,15 +55,29 @@ function startsWith(path: ConfigPath, prefix: ConfigPath): boolean {
  * them are dropped. Problems come back in document order.
  */
 export function validateConfig(tree: unknown, skip: readonly ConfigPath[] = []): ValidationResult {
-  const result = ConfigSchema.safeParse(tree);
-  const problems: ConfigProblem[] = [];
-  if (!result.success) for (const iss of result.error.issues) problems.push(...issueProblems(iss, tree));
-  problems.push(...crossChecks(tree));
+  // Meshes become ordinary links first: every check below sees them as links, and a generated link's
+  // problem is put back at its mesh.
+  const expansion = expandMeshes(tree);
+  const expanded = expansion.tree;
+  const result = ConfigSchema.safeParse(expanded);
+  const placed: (PlacedProblem & { link?: string })[] = [...expansion.problems];
+  const place = (p: ConfigProblem, fromSchema: boolean) => {
+    const at = placeProblem(p, expansion, fromSchema);
+    if (at !== undefined) placed.push(at);
+  };
+  if (!result.success) {
+    for (const iss of result.error.issues) for (const p of issueProblems(iss, expanded)) place(p, true);
+  }
+  for (const p of crossChecks(expanded)) place(p, false);
+  const problems = groupMeshProblems(placed);
   const kept = sortProblems(
     tree,
     problems.filter((p) => !skip.some((s) => startsWith(p.path, s))),
   );
   // With no problems left, a failed parse only had problems under `skip` (reported by the caller).
   if (kept.length > 0 || !result.success) return { ok: false, problems: kept };
-  return { ok: true, config: result.data };
+  const meshes = new Map<string, string[]>();
+  for (const m of expansion.meshes) meshes.set(m.name, []);
+  for (const g of expansion.links) meshes.get(g.meshName)?.push(g.name);
+  return { ok: true, config: result.data, meshes };
 }

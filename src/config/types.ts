@@ -74,8 +74,7 @@ export interface GuardConfig {
 export type { SubjectTransform } from "../protocol/subjects.js";
 
 export type BadMessagePolicy =
-  | { readonly action: "dead-letter"; readonly subject: string }
-  | { readonly action: "halt" };
+  { readonly action: "dead-letter"; readonly subject: string } | { readonly action: "halt" };
 
 export interface LinkConfig {
   readonly name: string;
@@ -165,4 +164,6 @@ export interface RelayConfig {
   readonly group: { readonly bucket: string; readonly leaseMs: number; readonly renewMs: number };
   /** Reloading the file while running (`SIGHUP` always reloads it): `watch` also reloads when it changes. */
   readonly reload: { readonly watch: boolean };
+  /** The file's meshes (config/mesh.ts) and the names of the links each generated (they are in `links`). */
+  readonly meshes?: readonly { readonly name: string; readonly links: readonly string[] }[];
 }

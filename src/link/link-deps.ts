@@ -1,5 +1,6 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
+import type { AllLinks } from "../config/routes.js";
 import type { LinkConfig, RegionConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
 import type { LinkLease } from "../group/lease.js";
@@ -12,8 +13,8 @@ import type { RelayMetrics } from "../observability/metrics.js";
 /** What a Link is given: its config, its connections, its lease and guard, and the relay's shared parts. */
 export interface LinkDeps {
   readonly config: LinkConfig;
-  /** Every link of the mesh: needed to suppress redundant paths. */
-  readonly links: readonly LinkConfig[];
+  /** Every link of the mesh (as it is now, after reloads): needed to suppress redundant paths. */
+  readonly links: AllLinks;
   readonly sourceRegion: RegionConfig;
   readonly source: NatsConnection;
   readonly dest: NatsConnection;

@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import type { AllLinks } from "../config/routes.js";
 import type { LinkConfig } from "../config/types.js";
 import type { RelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
@@ -29,7 +30,7 @@ export type { DestinationFacts, DestinationMarkers, PipelineEvents } from "./sta
 
 export interface PipelineDeps {
   readonly link: LinkConfig;
-  readonly links: readonly LinkConfig[];
+  readonly links: AllLinks;
   readonly guard: Guard;
   /** Acks and naks at the source. */
   readonly acks: SourceAcks;

@@ -271,7 +271,7 @@ export class Relay {
       this.metrics.linkOwner.set({ link: config.name }, 0);
       link = new Link({
         config,
-        links: this.config.links,
+        links: () => this.config.links, // the running config's: a new direct route applies without a restart
         sourceRegion,
         source,
         dest,

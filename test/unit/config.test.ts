@@ -405,7 +405,7 @@ links:
 
   void it("rejects __proto__ like any other unknown key", () => {
     const err = configError(() => parse(BASE + "__proto__: { polluted: true }\n"));
-    assert.deepEqual(err.problems, ["__proto__: unknown key (allowed: regions, links, http, log, shutdown, group, reload)"]);
+    assert.deepEqual(err.problems, ["__proto__: unknown key (allowed: regions, links, meshes, http, log, shutdown, group, reload)"]);
     assert.equal((Object.prototype as Record<string, unknown>).polluted, undefined);
   });
 

@@ -6,6 +6,7 @@
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
 import { directRoutesFor } from "../../config/routes.js";
+import type { AllLinks } from "../../config/routes.js";
 import type { Delivery } from "../../nats/delivery.js";
 import { RelayHeaders } from "../../protocol/headers.js";
 import type { DestinationLedger } from "../destination-ledger.js";
@@ -18,7 +19,7 @@ import type { Tally } from "./tally.js";
 
 export interface IntakeNeeds {
   readonly link: LinkConfig;
-  readonly links: readonly LinkConfig[];
+  readonly links: AllLinks;
   readonly owns: () => boolean;
   readonly logger: Logger;
   readonly ledger: Pick<DestinationLedger, "finishedAt">;
@@ -29,7 +30,9 @@ export interface IntakeNeeds {
 
 export class Intake {
   private readonly entryContext: EntryContext;
-  private readonly directRoutes: ReadonlySet<string>;
+  /** The direct routes into the link's destination stream, and the link list they were read from. */
+  private directRoutes: ReadonlySet<string> = new Set();
+  private routesOf: readonly LinkConfig[] | undefined;
   /** The source stream's creation time (ms): part of derived ids. */
   private incarnation: number | undefined;
   /** The highest source sequence counted as a loop: a loop at or below it is a redelivery. */
@@ -37,7 +40,16 @@ export class Intake {
 
   constructor(private readonly needs: IntakeNeeds) {
     this.entryContext = entryContext(needs.link);
-    this.directRoutes = directRoutesFor(needs.link, needs.links);
+  }
+
+  /** Read again only when the relay's links changed (a reload): the list is the same array until then. */
+  private routes(): ReadonlySet<string> {
+    const links = typeof this.needs.links === "function" ? this.needs.links() : this.needs.links;
+    if (links !== this.routesOf) {
+      this.routesOf = links;
+      this.directRoutes = directRoutesFor(this.needs.link, links);
+    }
+    return this.directRoutes;
   }
 
   /**
@@ -64,7 +76,7 @@ export class Intake {
     if (!result.ok) {
       return this.needs.deadLetters.badMessage(newEntry(msg, { id: result.id, origin: link.from.region, path: [] }, this.entryContext), result.reason);
     }
-    const decision = route(result.identity, link, this.directRoutes);
+    const decision = route(result.identity, link, this.routes());
     if (!decision.forward) {
       if (tally.debugOn) tally.debug("loop", result.identity.id, { reason: decision.reason, origin: result.identity.origin });
       if (!this.needs.owns()) return undefined; // fenced: the next owner acks it
