@@ -233,7 +233,7 @@ export const LinkSchema = obj({
     .meta({
       defaultText: `\`${DEFAULTS.inFlight}\`; \`${DEFAULTS.guardedInFlight}\` with a \`guard\``,
       description:
-        "The cap of the link's self-sizing window: the most messages received but not yet acknowledged (the durable consumer's `MaxAckPending` is the window, which grows with the round trip up to this). A guarded link starts at its cap and stays there (it waits for its guard). The default covers about 27,000 msgs/s over a 300 ms round trip; raise it only for more (README, \"A link across a WAN\").",
+        "The cap of the link's self-sizing window: the most messages received but not yet acknowledged (the durable consumer's `MaxAckPending` is the window, which grows with the round trip up to this). A guarded link starts at its cap and stays there (it waits for its guard). The default covers about 27,000 msgs/s over a 300 ms round trip; raise it only for more ([data path: A link across a WAN](data-path.md#a-link-across-a-wan)).",
     }),
   inFlightBytes: byteSize(64 * 1024, 16 * 1024 ** 3)
     .optional()
@@ -252,7 +252,7 @@ export const LinkSchema = obj({
     .meta({
       default: DEFAULTS.sourceAcks,
       description:
-        'How the source consumer is acked: `cumulative` (AckAll): one ack per run of finished messages, never past a message the link still holds; or `each` message on its own (AckExplicit). Changing it replaces the consumer at its ack floor + 1 (README "Source acks").',
+        'How the source consumer is acked: `cumulative` (AckAll): one ack per run of finished messages, never past a message the link still holds; or `each` message on its own (AckExplicit). Changing it replaces the consumer at its ack floor + 1 ([data path: Source acks](data-path.md#source-acks)).',
     }),
   publishTimeout: duration({ allowZero: false }).optional().meta({
     default: DEFAULTS.publishTimeoutMs,
@@ -294,7 +294,7 @@ export const LinkSchema = obj({
   stallAfter: duration({ allowZero: false }).optional().meta({
     default: DEFAULTS.stallAfterMs,
     description:
-      'The source has messages for the link and delivers none for this long, while the link could move: the link is `stalled` and healed in steps (a new pull, the consumer re-created, a new connection); see the README\'s "Silent paths and stalls".',
+      'The source has messages for the link and delivers none for this long, while the link could move: the link is `stalled` and healed in steps (a new pull, the consumer re-created, a new connection); see [Silent paths and stalls](data-path.md#silent-paths-and-stalls).',
   }),
   guard: GuardSchema.optional().meta({
     description:
@@ -320,6 +320,6 @@ export const LinkSchema = obj({
   }),
   maxRate: MaxRateSchema.optional().meta({
     description:
-      'A cap on what the link pulls, per second: `messages` and/or `bytes`; at least one is required. Deliveries beyond the cap wait, in order and unacked, and the window stops at what the cap needs; a partitioned link shares the cap among its partitions. A reload that changes only `maxRate` applies it to the running link. See the README\'s "Rate caps".',
+      'A cap on what the link pulls, per second: `messages` and/or `bytes`; at least one is required. Deliveries beyond the cap wait, in order and unacked, and the window stops at what the cap needs; a partitioned link shares the cap among its partitions. A reload that changes only `maxRate` applies it to the running link. See [Rate caps](data-path.md#rate-caps).',
   }),
 });

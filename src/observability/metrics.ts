@@ -200,7 +200,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     errors: new Counter({
       name: "relay_errors_total",
-      help: "Errors by stable code (see README: Error codes)",
+      help: "Errors by stable code (see docs/operations.md: Error codes)",
       labelNames: ["link", "code"] as const,
       registers,
     }),

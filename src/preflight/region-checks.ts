@@ -63,7 +63,7 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
   const rateWindow = rateCapWindow(link.maxRate, avg, rtt);
   const capNote = link.maxRate === undefined ? "" : `; rate cap ${formatRate(link.maxRate)}: the window stops at ~${Math.max(link.batchSize, Math.min(start.cap, rateWindow))}`;
   const slow = rateCapBelowSource(link, s);
-  if (slow !== undefined) return { name, level: "warning", detail: `${base}${capNote}; ${slow}`, fix: `raise links[${link.name}].maxRate above the source's rate, or the link cannot catch up while the source keeps that pace (README, "Rate caps")` };
+  if (slow !== undefined) return { name, level: "warning", detail: `${base}${capNote}; ${slow}`, fix: `raise links[${link.name}].maxRate above the source's rate, or the link cannot catch up while the source keeps that pace (docs/data-path.md, "Rate caps")` };
   if (rtt === undefined) return { name, level: "ok", detail: `${base}; round trip to ${link.from.region} not measured${capNote}` };
   const detail = `${base}; round trip from here ${rtt} ms: ${REFERENCE_RATE_PER_SEC} msgs/s needs ~${start.neededForRtt ?? 0}, the cap allows ~${windowPerSecond(start.cap, rtt)} msgs/s${capNote}`;
   // Capped below what the window allows: the window is not what limits the link.
@@ -76,7 +76,7 @@ export function checkWindow(link: LinkConfig, source: StreamFact, region: Region
     name,
     level: "warning",
     detail,
-    fix: `across this round trip the cap holds the window below what ${REFERENCE_RATE_PER_SEC} msgs/s needs: ${raise} (README, "A link across a WAN")`,
+    fix: `across this round trip the cap holds the window below what ${REFERENCE_RATE_PER_SEC} msgs/s needs: ${raise} (docs/data-path.md, "A link across a WAN")`,
   };
 }
 
