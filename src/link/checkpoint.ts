@@ -28,6 +28,8 @@ import type { LinkDeps } from "./link-deps.js";
 export const CHECKPOINT_INTERVAL_MS = 5_000;
 const SETTLE_READS = 5;
 const SETTLE_PAUSE_MS = 100;
+/** How long a stop waits for its last checkpoint (ms): the periodic ones stand when a server does not answer. */
+const FINAL_WRITE_MS = 2_000;
 
 /** The destination stream's incarnation and last sequence; undefined when it does not exist. */
 export async function readDestination(
@@ -89,6 +91,18 @@ export class CheckpointWriter {
     if (settle) return (this.writing ?? Promise.resolve()).then(() => this.write(true));
     this.writing ??= this.write(false).finally(() => (this.writing = undefined));
     return this.writing;
+  }
+
+  /**
+   * The drain's checkpoint (exact: nothing in flight), waited for at most FINAL_WRITE_MS: a stop never
+   * waits out request timeouts on a server that is gone (the last periodic checkpoint stands then).
+   */
+  async final(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<"late">((resolve) => (timer = setTimeout(() => resolve("late"), FINAL_WRITE_MS)));
+    const outcome = await Promise.race([this.writeNow(true), late]);
+    clearTimeout(timer);
+    if (outcome === "late") this.deps.logger.warn(`the link's last checkpoint was not written within ${FINAL_WRITE_MS} ms of the stop: its last periodic one stands`);
   }
 
   private async write(settle: boolean): Promise<void> {

@@ -463,7 +463,7 @@ export class Link {
     await this.ownership.acksSent();
     // Drained: nothing in flight, so the last checkpoint is exact (a consumer lost while the relay is
     // down is re-created where the link stopped, whatever fills the destination meanwhile).
-    if (this.state.state !== "failed" && this.deps.lease.valid() && !this.ownership.standby) await this.checkpoint?.writeNow(true);
+    if (this.state.state !== "failed" && this.state.state !== "recovering" && this.deps.lease.valid() && !this.ownership.standby) await this.checkpoint?.final();
     await this.deps.lease.stop();
     this.state.set("stopped", "relay stopping");
     this.resolveClosed();

@@ -135,18 +135,8 @@ async function assertAllOnceInOrder(s: Setup, expected: readonly string[]): Prom
   assert.deepEqual(ids, [...expected], "in source order");
 }
 
-/** Run 1: the quiet link relays 100, then `busy` messages of the busy link follow them into DST; the relay stops. */
-async function quietThenBusy(
-  t: { after(fn: () => unknown): void },
-  s: Setup,
-  busy: number,
-): Promise<string[]> {
-  const run1 = await startRelay(t, s.yaml);
-  await check(() => (run1.relay.status().links[0]?.state ?? "") === "live" || undefined, {
-    name: "the quiet link is live",
-    timeoutMs: 15_000,
-    intervalMs: 50,
-  });
+/** Once the quiet link has its consumer: 100 quiet messages published and relayed; their ids. */
+async function relayFirstHundred(s: Setup): Promise<string[]> {
   await check(
     () =>
       jetstreamManager(s.nca)
@@ -163,6 +153,22 @@ async function quietThenBusy(
     timeoutMs: 15_000,
     intervalMs: 100,
   });
+  return first;
+}
+
+/** Run 1: the quiet link relays 100, then `busy` messages of the busy link follow them into DST; the relay stops. */
+async function quietThenBusy(
+  t: { after(fn: () => unknown): void },
+  s: Setup,
+  busy: number,
+): Promise<string[]> {
+  const run1 = await startRelay(t, s.yaml);
+  await check(() => (run1.relay.status().links[0]?.state ?? "") === "live" || undefined, {
+    name: "the quiet link is live",
+    timeoutMs: 15_000,
+    intervalMs: 50,
+  });
+  const first = await relayFirstHundred(s);
   await caughtUp(s, "run 1");
   await busyFill(s, busy);
   await run1.relay.stop(AbortSignal.timeout(5_000));
@@ -284,22 +290,7 @@ test("a heal that deletes the consumer (stall, silent path) re-creates it at its
   // A short duplicate window: a message sent twice after it is stored twice, as past 2 minutes.
   const s = await setup(t, { dstDuplicateWindowMs: 1_000 });
   const run = await startRelay(t, s.yaml);
-  await check(
-    () =>
-      jetstreamManager(s.nca)
-        .then((j) => j.consumers.info(s.quiet, DURABLE))
-        .then(
-          () => true,
-          () => false,
-        ),
-    { name: "the quiet link created its consumer", timeoutMs: 10_000, intervalMs: 50 },
-  );
-  const first = await publishIds(s.nca, `${s.quiet}.q`, "q", 100);
-  await check(async () => (await quietCount(s)) >= 100, {
-    name: "the quiet link relayed its first 100",
-    timeoutMs: 15_000,
-    intervalMs: 100,
-  });
+  const first = await relayFirstHundred(s);
   await caughtUp(s, "before the heal");
   // Past the real scan bound: the link's last record is deeper than any scan reads.
   await busyFill(s, 250_000);

@@ -31,6 +31,9 @@ async function waitUntilExpired(nc: NatsConnection, stream: string, firstSeq: nu
 async function sleptThroughIt(t: T, policy: string) {
   const r = await regions(t, 2_000);
   const first = await startRelay(t, r.yaml(`    onGap: ${policy}\n`), "b");
+  // Published once the link runs: the relay takes no lease in a bucket younger than group.lease, and
+  // the source keeps a message 2 s only.
+  await check(() => linkOf(first.relay)?.state === "live", { name: "the link is live before the first messages", timeoutMs: 20_000 });
   await publishIds(r.nca, r.src, "before", 100); // seq 1-100, relayed
   await waitForCount(r.ncb, r.dst, 100, 20_000);
   await first.relay.stop();
