@@ -40,6 +40,22 @@ export const METRIC_AREAS: readonly {
     ],
   },
   {
+    title: "Audit",
+    about: "What each link's continuous audit of its own delivery found (docs/verify.md, The continuous audit).",
+    metrics: [
+      "relay_audit_checked_total",
+      "relay_audit_missing_total",
+      "relay_audit_extra_total",
+      "relay_audit_reordered_total",
+      "relay_audit_backwards_total",
+      "relay_audit_expected_total",
+      "relay_audit_repaired_total",
+      "relay_audit_passes_total",
+      "relay_audit_lag_seconds",
+      "relay_audit_coverage_ratio",
+    ],
+  },
+  {
     title: "Backlog, window and rate",
     about: "How far behind a link is, and what limits how fast it catches up.",
     metrics: [

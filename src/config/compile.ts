@@ -187,6 +187,13 @@ function compileLink(l: ParsedLink): LinkConfig {
       ? {}
       : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
     startAt: l.startAt ?? DEFAULTS.startAt,
+    audit: {
+      enabled: l.audit?.enabled ?? DEFAULTS.audit.enabled,
+      afterMs: l.audit?.after ?? DEFAULTS.audit.afterMs,
+      sweepEveryMs: l.audit?.sweepEvery ?? DEFAULTS.audit.sweepEveryMs,
+      repair: l.audit?.repair ?? DEFAULTS.audit.repair,
+      maxReadRate: l.audit?.maxReadRate ?? DEFAULTS.audit.maxReadRate,
+    },
     ...(l.maxRate === undefined
       ? {}
       : {

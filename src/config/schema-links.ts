@@ -179,6 +179,35 @@ const MaxRateSchema = obj({
   }
 });
 
+const AuditSchema = obj({
+  enabled: boolean.optional().meta({
+    default: DEFAULTS.audit.enabled,
+    description: "Whether the link's owner audits what the link delivered.",
+  }),
+  after: duration({ allowZero: false }).optional().meta({
+    default: DEFAULTS.audit.afterMs,
+    description:
+      "A relayed range is checked once it is this old (its source messages all acknowledged this long ago): the destination must hold each message the link should have delivered exactly once, in source order, versions never backwards.",
+  }),
+  sweepEvery: duration({ allowZero: true }).optional().meta({
+    default: DEFAULTS.audit.sweepEveryMs,
+    description:
+      "How often the whole retained window of the source is checked again, so a destination that lost messages after their first check (a power loss, a restored backup, an operator's purge) is found too. `0`: never.",
+  }),
+  repair: oneOf(["report", "auto"] as const)
+    .optional()
+    .meta({
+      default: DEFAULTS.audit.repair,
+      description:
+        "`report`: a missing message is counted, logged and alerted on. `auto`: it is also put back through the guard, as `jetstream-relay repair` does (stale versions refused, `Relay-Repair: true`).",
+    }),
+  maxReadRate: messageRate.optional().meta({
+    default: DEFAULTS.audit.maxReadRate,
+    description:
+      "The most messages a second the audit reads (headers only, both streams together). When the link relays faster, the audit skips ahead and says so: `relay_audit_coverage_ratio` is the share of each range it checked.",
+  }),
+});
+
 export const LinkSchema = obj({
   name: linkName.meta({
     description:
@@ -317,6 +346,10 @@ export const LinkSchema = obj({
     default: DEFAULTS.startAt,
     description:
       "Where a link without a record (no source consumer, none of its messages in the destination) starts: the first message the stream holds, the next one stored, the first one stored at or after an RFC 3339 `time` (ms precision; not in the future), or source sequence `seq`. A link with a record goes on from it, whatever this says. A reload that changes only `startAt` does not restart the link; see [`startAt`](#startat).",
+  }),
+  audit: AuditSchema.optional().meta({
+    description:
+      "The link's continuous audit of its own delivery; see [Audit](verify.md#the-continuous-audit).",
   }),
   maxRate: MaxRateSchema.optional().meta({
     description:

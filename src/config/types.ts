@@ -126,6 +126,19 @@ export interface LinkConfig {
   readonly startAt: StartAt;
   /** A cap on what the link pulls (link/rate-cap.ts): messages and/or bytes a second. Changes in place on a reload. */
   readonly maxRate?: MaxRate;
+  /** The owner's continuous audit of what the link delivered (src/audit). */
+  readonly audit: AuditConfig;
+}
+
+export interface AuditConfig {
+  readonly enabled: boolean;
+  /** A range is checked once all its source messages were acknowledged this long ago. */
+  readonly afterMs: number;
+  /** The whole retained source window is checked again this often (0: never). */
+  readonly sweepEveryMs: number;
+  readonly repair: "report" | "auto";
+  /** Messages a second the audit reads at most. */
+  readonly maxReadRate: number;
 }
 
 /** A link's rate cap: either or both, each > 0 (per second). A partitioned link's is split among its partitions. */

@@ -18,6 +18,7 @@ import { isBucketGone, openGroupBucket } from "./bucket.js";
 
 export const CHECKPOINT_PREFIX = "_checkpoint";
 export const START_PREFIX = "_start";
+export const AUDIT_PREFIX = "_audit";
 
 /** A link's position as its owner last wrote it. */
 export interface LinkCheckpoint {
@@ -47,6 +48,10 @@ export interface ExplicitStart {
 
 export function checkpointKey(leaseKey: string): string {
   return `${CHECKPOINT_PREFIX}.${leaseKey}`;
+}
+
+export function auditKey(leaseKey: string): string {
+  return `${AUDIT_PREFIX}.${leaseKey}`;
 }
 
 export function startKey(leaseKey: string): string {
@@ -105,6 +110,13 @@ export interface PositionStore {
   explicitStart(): Promise<{ value: ExplicitStart; revision: number } | undefined>;
   /** The explicit start was applied: its key goes (unless it was written again since). */
   startApplied(revision: number): Promise<void>;
+  /** The link's audit position as its owner last wrote it (audit/audit-state.ts parses it), with the key's revision. */
+  auditState(): Promise<{ text: string; revision: number } | undefined>;
+  /**
+   * Writes the audit position; `revision`: the one read (0: the key must not exist). Rejects when another
+   * writer wrote it since (an ex-owner's late write never goes back over a newer one).
+   */
+  writeAuditState(text: string, revision: number): Promise<number>;
 }
 
 export interface LinkPositionsOptions {
@@ -144,6 +156,13 @@ export class LinkPositions {
         this.use(async (kv) => {
           await kv.delete(startKey(leaseKey), { previousSeq: revision });
         }),
+      auditState: () =>
+        this.use(async (kv) => {
+          const e = await kv.get(auditKey(leaseKey));
+          return e && e.operation === "PUT" ? { text: e.string(), revision: e.revision } : undefined;
+        }),
+      writeAuditState: (text, revision) =>
+        this.use((kv) => (revision === 0 ? kv.create(auditKey(leaseKey), text) : kv.update(auditKey(leaseKey), text, revision))),
     };
   }
 

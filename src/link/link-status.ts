@@ -2,6 +2,7 @@
  * What a link reports about itself (`/status`): the `LinkStatus` and `LinkOwnership` shapes, the kinds
  * of trouble its state follows from, and building the status and ownership objects from the link's parts.
  */
+import type { AuditStatus } from "../audit/link-audit.js";
 import type { LinkConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
 import type { LinkControlValue } from "../group/link-control.js";
@@ -36,6 +37,8 @@ export interface LinkStatus {
   readonly window?: WindowStatus;
   /** An operator's pause in force (`jetstream-relay link pause`): why, by whom, when. */
   readonly operatorPause?: LinkControlValue;
+  /** The owner's audit of what the link delivered: where it has got to and its last finding. */
+  readonly audit?: AuditStatus;
 }
 
 export interface LinkOwnership {
@@ -138,6 +141,7 @@ export interface StatusParts {
   readonly ownership: LinkOwnership;
   readonly window: WindowStatus;
   readonly operatorPause?: LinkControlValue | undefined;
+  readonly audit?: AuditStatus | undefined;
 }
 
 export function linkStatus(p: StatusParts): LinkStatus {
@@ -165,5 +169,6 @@ export function linkStatus(p: StatusParts): LinkStatus {
     ownership: p.ownership,
     window: p.window,
     ...(p.operatorPause ? { operatorPause: p.operatorPause } : {}),
+    ...(p.audit ? { audit: p.audit } : {}),
   };
 }

@@ -34,11 +34,11 @@ import { SourceInspector } from "./source-inspector.js";
 import { SourceStream } from "./source-stream.js";
 import { StallWatch } from "./stall-watch.js";
 import type { GatedWriter } from "../nats/write-gate.js";
+import { LinkAudit } from "../audit/link-audit.js";
 
-export type { LinkOwnership, LinkStatus } from "./link-status.js";
-export type { LinkDeps } from "./link-deps.js";
 import type { LinkDeps } from "./link-deps.js";
-
+export type { LinkOwnership, LinkStatus } from "./link-status.js";
+export type { LinkDeps };
 
 /**
  * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
@@ -71,7 +71,6 @@ export class Link {
   /** Gaps, maxReplayAge and the source's clock. */
   private readonly inspector: SourceInspector;
   private readonly resyncs: ResyncRunner;
-  /** Connection and consumer events. */
   private readonly watch: LinkWatch;
   /** The message path: cursor placement and deliveries into the pipeline. */
   private readonly loop: ConsumeLoop;
@@ -86,8 +85,9 @@ export class Link {
   private readonly operator: OperatorPause;
   /** The rate cap between the consume loop and the pipeline (rate-cap.ts). */
   private readonly rate: RateCap;
-  /** The link's position in the group bucket, written while this relay works it (checkpoint.ts). */
+  /** The link's position in the group bucket (checkpoint.ts) and the owner's audit of its delivery (audit/). */
   private readonly checkpoint: CheckpointWriter | undefined;
+  private readonly audit: LinkAudit | undefined;
   private running: Promise<void> | undefined;
   /** Whether the guard's memory can be trusted (loss detection, settings under strict): nothing moves unless it is ok. */
   private readonly guardWatch: GuardWatch;
@@ -312,11 +312,14 @@ export class Link {
         placed: (from) => deps.metrics.cursorPlacements.inc({ link: this.name, from }),
       },
     });
-    this.checkpoint = deps.positions && new CheckpointWriter(deps, deps.positions, {
+    const view = {
       jsm: () => this.loop.jsm,
       sourceCreatedMs: () => this.sourceStream.ref().createdMs,
       working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
-    });
+      progress: () => this.pipeline.highestStoredSourceSeq,
+    };
+    this.checkpoint = deps.positions && new CheckpointWriter(deps, deps.positions, view);
+    this.audit = deps.positions && new LinkAudit({ ...deps, sourceDomain: deps.sourceRegion.domain, positions: deps.positions, link: view });
     this.health = new LinkHealth({
       link: config.name,
       inFlight: config.inFlight,
@@ -390,6 +393,7 @@ export class Link {
     this.running = this.loop.run().catch((err: unknown) => this.fail(toRelayError(err)));
     this.poll.start();
     this.checkpoint?.start();
+    this.audit?.start();
   }
 
   /**
@@ -418,6 +422,7 @@ export class Link {
       ownership: ownershipOf(this.deps.lease),
       window: this.window.status(),
       operatorPause: this.operator.pause,
+      audit: this.audit?.status(),
     });
   }
 
@@ -449,6 +454,7 @@ export class Link {
     this.destinationWatch.stop();
     this.poll.stop();
     this.checkpoint?.stop();
+    this.audit?.stop();
     this.loop.stopPulling();
     this.rate.clear(); // what the cap held stays unacked for the next owner
     await this.running;
@@ -477,6 +483,7 @@ export class Link {
     this.abort.abort();
     this.destinationWatch.stop();
     this.checkpoint?.stop();
+    this.audit?.stop();
     this.loop.stopPulling();
     // Another relay of the group may take the link over (a failure of this process's own making, such
     // as a lost region, is not its); one that fails the same way reports it too. First what was already

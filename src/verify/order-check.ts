@@ -1,7 +1,7 @@
 import type { JsMsg } from "@nats-io/jetstream";
 import type { LinkConfig } from "../config/types.js";
 import type { OutOfOrderExample } from "./report.js";
-import { sourceSubject } from "./source-subject.js";
+import { sourceSubject } from "../link/source-subject.js";
 
 /**
  * The verifier's order check: the first copy of each source message, in destination order, against

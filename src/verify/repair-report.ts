@@ -3,30 +3,10 @@
  * never appear here: regions, streams, ids, sequences, entities and versions only, never payloads.
  */
 
-/**
- * `repaired`: stored in the destination (and committed in the guard). `stale`: the guard holds a newer
- * version of its entity: not published (it would move the entity backwards). `duplicate`: not stored,
- * the destination's duplicate window still holds the id (the message was removed within it). `in-flight`:
- * another relay holds its claim in the guard right now. `gone`: no longer in the source (retention).
- * `failed`: reading, claiming or publishing failed (`detail` says which).
- */
-export type RepairOutcome = "repaired" | "stale" | "duplicate" | "in-flight" | "gone" | "failed";
-
-export const REPAIR_OUTCOMES: readonly RepairOutcome[] = ["repaired", "stale", "duplicate", "in-flight", "gone", "failed"];
-
-/** One missing source message: planned, then (unless a dry run) what happened to it. */
-export interface RepairItem {
-  readonly id: string;
-  readonly sourceSeq: number;
-  outcome?: RepairOutcome;
-  /** Where the destination stored it (`repaired`). */
-  destSeq?: number;
-  entity?: string;
-  version?: number;
-  /** The entity's version the guard compared against, when it had one. */
-  storedVersion?: number;
-  detail?: string;
-}
+export type { RepairItem, RepairOutcome } from "../audit/put-back.js";
+export { REPAIR_OUTCOMES } from "../audit/put-back.js";
+import type { RepairItem, RepairOutcome } from "../audit/put-back.js";
+import { REPAIR_OUTCOMES } from "../audit/put-back.js";
 
 export interface RepairResult {
   readonly link: string;

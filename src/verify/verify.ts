@@ -4,14 +4,14 @@ import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { connectRegion } from "../nats/connect.js";
 import { Progress } from "../observability/progress.js";
 import type { VerifyReport } from "./report.js";
-import { incarnationOf } from "./derived-ids.js";
-import { readStream, readStreamInfo, startSeqOf, streamsCapturing } from "./stream-reader.js";
-import type { ReadOptions, ReadResult, StreamSide } from "./stream-reader.js";
+import { incarnationOf } from "../link/derived-ids.js";
+import { readStream, readStreamInfo, startSeqOf, streamsCapturing } from "../nats/stream-reader.js";
+import type { ReadOptions, ReadResult, StreamSide } from "../nats/stream-reader.js";
 import type { JsMsg } from "@nats-io/jetstream";
 import type { DeadLetterSource, VerifyOptions } from "./types.js";
 import { Verifier } from "./verifier.js";
 
-export { sourceSubject } from "./source-subject.js";
+export { sourceSubject } from "../link/source-subject.js";
 export type { VerifyOptions } from "./types.js";
 
 /**

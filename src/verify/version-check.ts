@@ -4,7 +4,7 @@ import { identify } from "../link/identity.js";
 import type { MessageIdentity } from "../link/identity.js";
 import { Column, HashedKeyTable } from "./hash-table.js";
 import type { BackwardsExample, SupersededExample } from "./report.js";
-import { sourceSubject } from "./source-subject.js";
+import { sourceSubject } from "../link/source-subject.js";
 import type { Headers } from "./types.js";
 
 /**

@@ -47,7 +47,7 @@ export async function startRelay(
   t: { after(fn: () => unknown): void; name?: string },
   yamlText: string,
   region: string,
-  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn"; clock?: () => number; gaps?: boolean } = {},
+  opts: { env?: Record<string, string>; http?: boolean; level?: "info" | "debug" | "warn"; clock?: () => number; gaps?: boolean; auditLoss?: boolean } = {},
 ) {
   const config = parseConfigText(yamlText, "test.yaml", { ...process.env, ...opts.env });
   const logs = new LogSink();
@@ -63,7 +63,7 @@ export async function startRelay(
     await relay.stop(AbortSignal.timeout(5_000));
     await http?.stop();
     await keepLogs(t.name ?? "relay", region, logs);
-    assertCleanLogLines(logs.lines, "in-process relay", opts.gaps);
+    assertCleanLogLines(logs.lines, "in-process relay", opts.gaps, opts.auditLoss);
   });
   await relay.start();
   return { relay, logs, url, config };
@@ -180,9 +180,12 @@ export function spawnRelay(
  * and no relay reports a gap its test did not make (`gaps: true`): a false gap is a resync that skips
  * messages, or a halt, under the policies that act on it.
  */
-function assertCleanLogLines(lines: readonly string[], who: string, gaps = false): void {
+function assertCleanLogLines(lines: readonly string[], who: string, gaps = false, auditLoss = gaps): void {
   const bad = linesWithDuplicateKeys(lines);
   if (bad.length > 0) throw new Error(`${who} wrote ${bad.length} log lines with duplicate keys, e.g. ${bad.slice(0, 3).join(" | ")}`);
   const gap = gaps ? undefined : lines.find((l) => l.includes("messages the link had not relayed (source seq"));
   if (gap) throw new Error(`${who} reported a gap in a test that made none: ${gap}`);
+  // Every test's links are audited (linkYaml sets a short audit.after): a loss the test did not make fails it.
+  const loss = auditLoss ? undefined : lines.find((l) => l.includes("audit found messages missing from the destination"));
+  if (loss) throw new Error(`${who}'s audit reported a loss in a test that made none: ${loss}`);
 }

@@ -21,7 +21,7 @@ export function linkYaml(opts: {
     to: { region: ${l.to}, stream: ${l.toStream} }
     ackWait: 5s
     publishTimeout: 2s
-${l.extra ?? ""}`,
+${/^\s*audit:/m.test(l.extra ?? "") ? "" : "    audit: { after: 2s }\n"}${l.extra ?? ""}`,
     )
     .join("\n");
   // `extra` may bring its own top-level log section.

@@ -5,7 +5,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import { parseConfigText } from "../../src/config/load.js";
 import { formatNanos } from "../../src/protocol/headers.js";
 import { derivedId, legacyDerivedId } from "../../src/link/identity.js";
-import { SourceIds } from "../../src/verify/derived-ids.js";
+import { SourceIds } from "../../src/link/derived-ids.js";
 import { formatReport } from "../../src/verify/report.js";
 import type { VerifyReport } from "../../src/verify/report.js";
 import { verifyLink } from "../../src/verify/verify.js";

@@ -10,7 +10,7 @@ import type { VerifyReport } from "../../src/verify/report.js";
 import { parseSince } from "../../src/verify/since.js";
 import { sourceSubject } from "../../src/verify/verify.js";
 import { HashedKeyTable } from "../../src/verify/hash-table.js";
-import { readStream } from "../../src/verify/stream-reader.js";
+import { readStream } from "../../src/nats/stream-reader.js";
 import { copyPayload, fastHeadersAvailable, headersOf, lastTokenNumber } from "../../src/nats/wire-headers.js";
 import { withServers } from "../helpers/servers.js";
 import type { NatsNode } from "../helpers/types.js";

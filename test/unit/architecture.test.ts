@@ -18,7 +18,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ["cli", "cli.ts"],
   ["demo", "preflight", "streams", "verify"],
   ["relay"],
-  ["link"],
+  ["link", "audit"],
   ["group", "guard", "nats"],
   ["config"],
   ["protocol", "observability", "lifecycle", "text", "errors.ts"],

@@ -3,7 +3,7 @@ import type { ConsumerMessages, JetStreamManager, JsMsg, StreamInfo, StreamState
 import type { NatsConnection } from "@nats-io/nats-core";
 import { nanos } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
-import { classifyJsError } from "../nats/durable-consumer.js";
+import { classifyJsError } from "./durable-consumer.js";
 import { settleOnce } from "../lifecycle/settle-once.js";
 
 export interface StreamSide {
@@ -28,6 +28,10 @@ export interface ReadOptions {
   readonly info?: StreamInfo;
   /** Told once, before the first message, how many messages the read will deliver (the consumer's pending count). */
   readonly onTotal?: (total: number) => void;
+  /** Stop after this sequence (default: the stream's last sequence when the read started). */
+  readonly endSeq?: number;
+  /** Stop after this many messages (a paced reader reads in chunks and goes on from `lastSeq` + 1). */
+  readonly maxMessages?: number;
 }
 
 export interface ReadResult {
@@ -36,6 +40,8 @@ export interface ReadResult {
   /** The first sequence the read started from (after `startMs`). */
   readonly startSeq: number;
   readonly delivered: number;
+  /** The last sequence delivered to `onMessage` (startSeq − 1 when none). */
+  readonly lastSeq: number;
 }
 
 /** How long a read without a filter waits for more after the server said nothing is pending. */
@@ -60,9 +66,11 @@ export async function readStream(
     state.first_seq,
     opts.startSeq ?? (opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs)),
   );
-  if (state.messages === 0 || startSeq > state.last_seq) {
+  const endSeq = Math.min(state.last_seq, opts.endSeq ?? Infinity);
+  const maxMessages = opts.maxMessages ?? Infinity;
+  if (state.messages === 0 || startSeq > endSeq) {
     opts.onTotal?.(0);
-    return { state, startSeq, delivered: 0 };
+    return { state, startSeq, delivered: 0, lastSeq: startSeq - 1 };
   }
 
   const js = jetstream(side.nc, side.domain ? { domain: side.domain } : {});
@@ -82,10 +90,11 @@ export async function readStream(
   opts.onTotal?.(pending);
   if (pending === 0) {
     await consumer.delete().catch(() => undefined);
-    return { state, startSeq, delivered: 0 };
+    return { state, startSeq, delivered: 0, lastSeq: startSeq - 1 };
   }
 
   let delivered = 0;
+  let lastSeq = startSeq - 1;
   let quiet: NodeJS.Timeout | undefined;
   let lastProgress = Date.now();
   let messages: ConsumerMessages | undefined;
@@ -110,8 +119,14 @@ export async function readStream(
       max_messages: opts.batch ?? 4_096,
       callback: (m: JsMsg) => {
         if (once.done) return;
+        // Under a filter the next match may lie past the end: the read ends without it.
+        if (m.seq > endSeq) {
+          settle();
+          return;
+        }
         lastProgress = Date.now();
         delivered++;
+        lastSeq = m.seq;
         try {
           onMessage(m);
         } catch (err) {
@@ -124,7 +139,7 @@ export async function readStream(
         // sequence is not known in advance, it ends the read at once.
         if (quiet) clearTimeout(quiet);
         quiet = undefined;
-        if (m.seq >= state.last_seq || (opts.filterSubject !== undefined && m.info.pending === 0)) settle();
+        if (m.seq >= endSeq || delivered >= maxMessages || (opts.filterSubject !== undefined && m.info.pending === 0)) settle();
         else if (m.info.pending === 0) quiet = setTimeout(() => settle(), QUIET_END_MS);
       },
     });
@@ -137,7 +152,7 @@ export async function readStream(
     settle();
     await consumer.delete().catch(() => undefined);
   }
-  return { state, startSeq, delivered };
+  return { state, startSeq, delivered, lastSeq };
 }
 
 /**

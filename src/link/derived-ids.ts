@@ -1,7 +1,7 @@
 import type { StreamInfo } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/nats-core";
 import { parseNanos, RelayHeaders } from "../protocol/headers.js";
-import { derivedId } from "../link/identity.js";
+import { derivedId } from "./identity.js";
 
 /** The creation time of a stream in ms since the epoch, its incarnation; undefined if the server did not say. */
 export function incarnationOf(info: StreamInfo): number | undefined {
