@@ -41,6 +41,8 @@ export async function statusCommand(argv: readonly string[]): Promise<number> {
   if (errors) console.log(`\n${errors}`);
   const pauses = formatPauses(status);
   if (pauses) console.log(`\n${pauses}`);
+  const audits = formatAudits(status);
+  if (audits) console.log(`\n${audits}`);
   if (status.group) console.log(`\n${formatGroup(status)}`);
   // As /readyz: a standby link is healthy (another relay of the group owns it).
   // A link an operator paused on purpose is not a failure either (`jetstream-relay link pause`).
@@ -128,6 +130,20 @@ export function formatErrors(status: RelayStatus, width = 100): string {
 export function formatPauses(status: RelayStatus): string {
   const lines = status.links.flatMap((l) => (l.operatorPause ? [`${l.name}: paused by ${l.operatorPause.by} at ${l.operatorPause.at}: ${l.operatorPause.reason}`] : []));
   return lines.length === 0 ? "" : `paused by an operator (jetstream-relay link resume LINK to go on):\n${lines.map((l) => `  ${l}`).join("\n")}`;
+}
+
+/** Each audited link: where its audit has got to and its last finding (docs/verify.md, The continuous audit). */
+export function formatAudits(status: RelayStatus): string {
+  const lines = status.links.flatMap((l) => {
+    const a = l.audit;
+    if (!a) return [];
+    const t = a.totals;
+    const head = `${l.name}: judged to source seq ${a.judgedSeq} (settled ${a.judgedAt}), lag ${a.lagSeconds.toFixed(0)}s, coverage ${a.coverage}, checked ${t.checked}, missing ${t.missing}, extra ${t.extra}, reordered ${t.reordered}, backwards ${t.backwards}, repaired ${t.repaired}`;
+    const f = a.lastFinding;
+    const finding = f ? [`    last finding (${f.pass} pass, ${f.at}): ${f.count} ${f.kind}, source seqs ${f.sourceSeqs.join(", ")}${f.count > f.sourceSeqs.length ? ", …" : ""}`] : [];
+    return [head, ...finding, ...(a.lastError ? [`    audit failing: ${a.lastError}`] : [])];
+  });
+  return lines.length === 0 ? "" : `audits:\n${lines.map((l) => `  ${l}`).join("\n")}`;
 }
 
 /** Breaks text at spaces into lines of at most `width` characters (a longer word gets its own line). */

@@ -36,6 +36,7 @@ const REQUIRED_ALERTS = [
   "RelayLinkNoOwner",
   "RelayLinkStalled",
   "RelayGapDetected",
+  "RelayAuditFoundLoss",
   "RelayGuardPaused",
   "RelayGuardUnsafe",
   "RelayGuardStateLost",

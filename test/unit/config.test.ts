@@ -112,6 +112,7 @@ void describe("valid configs", () => {
       maxReplayAgeMs: 21_600_000,
       stallAfterMs: 30_000,
       startAt: "earliest",
+      audit: { enabled: true, afterMs: 120_000, sweepEveryMs: 43_200_000, repair: "auto", maxReadRate: 5_000 },
     });
 
     const payments = c.links[2];
@@ -175,6 +176,7 @@ void describe("valid configs", () => {
         onGap: "continue",
         stallAfterMs: 10_000,
         startAt: "earliest",
+        audit: { enabled: true, afterMs: 60_000, sweepEveryMs: 21_600_000, repair: "report", maxReadRate: 20_000 },
       },
     ]);
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
@@ -399,7 +401,7 @@ links:
     assert.deepEqual(err.problems, [
       'links[0].batchsize: unknown key (did you mean "batchSize"?)',
       'links[0].ackwait: unknown key (did you mean "ackWait"?)',
-      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt, maxRate)",
+      "links[0].zzz: unknown key (allowed: name, from, to, batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, durable, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt, audit, maxRate)",
     ]);
   });
 

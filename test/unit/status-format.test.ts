@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { formatErrors, formatGroup, formatTable } from "../../src/cli/status-command.js";
+import { formatAudits, formatErrors, formatGroup, formatTable } from "../../src/cli/status-command.js";
 import type { RelayStatus } from "../../src/relay/relay.js";
 
 const link = (name: string, self: boolean, owner: string, leaseRevision?: number) => ({
@@ -84,4 +84,29 @@ test("status shows relayed and dead-lettered counts, and the last error in full,
   assert.ok(errors.slice(2).every((l) => l.startsWith("  ") && l.length <= 60), errors.join("\n"));
   assert.equal(errors.slice(2).map((l) => l.trim()).join(" "), message, "nothing cut");
   assert.equal(formatErrors({ ...s, links: [link("l1", true, "m1")] }), "");
+});
+
+test("status lists each audited link's position, totals and last finding", () => {
+  const audited = {
+    links: [
+      {
+        name: "a",
+        audit: {
+          judgedSeq: 120,
+          judgedAt: "T1",
+          lagSeconds: 3.2,
+          coverage: 1,
+          nextSweepAt: "T2",
+          totals: { checked: 120, missing: 2, extra: 0, reordered: 0, backwards: 0, repaired: 0 },
+          lastFinding: { at: "T0", kind: "missing", count: 2, sourceSeqs: [7, 9], ids: ["m-6", "m-8"], pass: "range" },
+        },
+      },
+      { name: "b" },
+    ],
+  } as unknown as RelayStatus;
+  assert.equal(
+    formatAudits(audited),
+    "audits:\n  a: judged to source seq 120 (settled T1), lag 3s, coverage 1, checked 120, missing 2, extra 0, reordered 0, backwards 0, repaired 0\n      last finding (range pass, T0): 2 missing, source seqs 7, 9",
+  );
+  assert.equal(formatAudits({ links: [{ name: "b" }] } as unknown as RelayStatus), "");
 });
