@@ -17,7 +17,7 @@
  * loopback (r3) and with a WAN of BENCH_WAN_ONE_WAY_MS × 2 round trip injected by a delay proxy on every
  * cross-region connection (r3-wan), and the replication lag at BENCH_LAG_RATE msgs/s over that WAN (lag).
  * Then what a relay costs per link it holds (bench/idle-links.ts): 100 and 1,000 idle links (links).
- * BENCH_ONLY=loopback,r3,r3-wan,lag,links selects row groups (all by default).
+ * BENCH_ONLY=loopback,r3,r3-wan,lag,audit,links selects row groups (all by default).
  */
 import { spawnSync } from "node:child_process";
 import { cpus } from "node:os";
@@ -27,13 +27,14 @@ import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { idleLinkRows } from "./idle-links.js";
 import { topologyRows } from "./topology.js";
+import { auditCostRows } from "./audit-cost.js";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
 const SIZE = BENCH_PAYLOAD.length;
 /** BENCH_ONLY=loopback,r3,r3-wan,lag,links (comma-separated): the row groups to run; all by default. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,links").split(",").map((x) => x.trim()).filter(Boolean));
+const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,audit,links").split(",").map((x) => x.trim()).filter(Boolean));
 /** Messages of the R3 rows (3-node clusters fill and relay slower than single servers). */
 const TOPOLOGY_COUNT = Number(process.env.BENCH_TOPOLOGY_MESSAGES ?? 50_000);
 /** Half the WAN round trip the delay proxy adds between the regions; several (100,150): a WAN group each. */
@@ -181,6 +182,7 @@ async function main(): Promise<void> {
       runs: TOPOLOGY_RUNS,
       wanDefaultsOnly: process.env.BENCH_WAN_ROWS === "defaults",
     });
+    if (ONLY.has("audit")) await auditCostRows(servers, COUNT);
     if (ONLY.has("links")) await idleLinkRows(servers, (process.env.BENCH_LINKS ?? "100,1000").split(",").map(Number));
   } finally {
     await servers.cleanup();

@@ -13,7 +13,7 @@ import { directRoutesFor } from "../config/routes.js";
 import type { LinkConfig } from "../config/types.js";
 import type { Guard } from "../guard/types.js";
 import { identify, route } from "../link/identity.js";
-import { readStream, streamsCapturing } from "../nats/stream-reader.js";
+import { streamsCapturing } from "../nats/stream-reader.js";
 import type { StreamSide } from "../nats/stream-reader.js";
 import { headersOf } from "../nats/wire-headers.js";
 import { RelayHeaders } from "../protocol/headers.js";
@@ -40,8 +40,10 @@ export interface GapDeps {
   readonly incarnation: number | undefined;
   readonly guard: Guard;
   readonly copies: CopyReader;
-  /** Reads pace themselves through this (audit.maxReadRate). */
+  /** Pays for messages fetched one by one (audit.maxReadRate). */
   readonly paced: (messages: number) => Promise<void>;
+  /** A paced, headers-only read of a side from a sequence or a time to a sequence (pacer.ts readPaced). */
+  readonly read: (side: StreamSide, from: { readonly seq: number } | { readonly ms: number }, to: number, filterSubject: string | undefined, onMessage: (m: JsMsg) => void) => Promise<void>;
 }
 
 /** Gaps up to this many are fetched one by one; more are read in one filtered pass over their span. */
@@ -100,7 +102,7 @@ export async function judgeGaps(deps: GapDeps, seqs: readonly number[]): Promise
   const byId = new Set(candidates.map((c) => c.id));
   const seen = new Set<number>();
   const seenIds = new Set<string>();
-  await readStream(deps.dest, { startMs: since - dupWindowMs }, (m) => {
+  await deps.read(deps.dest, { ms: since - dupWindowMs }, Number.MAX_SAFE_INTEGER, undefined, (m) => {
     const copy = deps.copies.read(m);
     if (copy && bySeq.has(copy.sourceSeq)) seen.add(copy.sourceSeq);
     const id = headersOf(m)?.get(RelayHeaders.MsgId) ?? "";
@@ -142,15 +144,10 @@ async function sourceMessages(deps: GapDeps, seqs: readonly number[]): Promise<H
     return out;
   }
   const wanted = new Set(seqs);
-  await readStream(
-    deps.source,
-    { startSeq: seqs[0]!, endSeq: seqs[seqs.length - 1]!, ...(filter === undefined ? {} : { filterSubject: filter }) },
-    (m: JsMsg) => {
-      if (!wanted.has(m.seq)) return;
-      out.push({ seq: m.seq, subject: m.subject, headers: headersOf(m), timeMs: m.info.timestampNanos / 1e6 });
-    },
-  );
-  await deps.paced(out.length);
+  await deps.read(deps.source, { seq: seqs[0]! }, seqs[seqs.length - 1]!, filter, (m: JsMsg) => {
+    if (!wanted.has(m.seq)) return;
+    out.push({ seq: m.seq, subject: m.subject, headers: headersOf(m), timeMs: m.info.timestampNanos / 1e6 });
+  });
   return out;
 }
 
@@ -167,7 +164,7 @@ async function deadLettered(deps: GapDeps, sinceMs: number): Promise<Set<number>
   const [stream] = await streamsCapturing(deps.dest, policy.subject);
   if (stream === undefined) return seqs;
   const prefix = `${deps.link.from.region} ${deps.link.from.stream} `;
-  await readStream({ ...deps.dest, stream }, { startMs: sinceMs, filterSubject: policy.subject }, (m) => {
+  await deps.read({ ...deps.dest, stream }, { ms: sinceMs }, Number.MAX_SAFE_INTEGER, policy.subject, (m) => {
     const h = headersOf(m);
     if (h?.get(RelayHeaders.DeadLetterLink) !== deps.link.name) return;
     const rs = h.get(RelayHeaders.Source);

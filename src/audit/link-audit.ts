@@ -21,9 +21,7 @@ import type { LinkConfig } from "../config/types.js";
 import { toRelayError } from "../errors.js";
 import type { PositionStore } from "../group/link-position.js";
 import type { Guard } from "../guard/types.js";
-import { sleep } from "../lifecycle/backoff.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
-import { readStream } from "../nats/stream-reader.js";
 import type { StreamSide } from "../nats/stream-reader.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import { newTotals, parseAuditState } from "./audit-state.js";
@@ -33,8 +31,11 @@ import { judgeGaps } from "./gaps.js";
 import type { GapVerdict } from "./gaps.js";
 import { putBack } from "./put-back.js";
 import type { RepairItem } from "./put-back.js";
-import { CopyOrder, EXAMPLES, RangeRecord } from "./range-record.js";
+import { CopyOrder, RangeRecord } from "./range-record.js";
 import type { Copy } from "./copies.js";
+import { recordFindings } from "./findings.js";
+import type { Pass } from "./findings.js";
+import { AuditStopped, Pacer, readPaced } from "./pacer.js";
 
 /** What the audit asks the running link. */
 export interface AuditedLink {
@@ -71,6 +72,8 @@ export interface AuditStatus {
   readonly lagSeconds: number;
   readonly coverage: number;
   readonly nextSweepAt: string;
+  /** Samples of the link's position (ack floor, destination seq) waiting to be `audit.after` old. */
+  readonly pendingSamples: number;
   readonly totals: AuditState["totals"];
   readonly lastFinding?: Finding;
   readonly lastError?: string;
@@ -83,17 +86,23 @@ interface Sample {
   readonly destCreatedMs: number;
 }
 
-/** A pass that would read more than this many seconds of audit.maxReadRate skips ahead instead. */
-const MAX_PASS_SECONDS = 300;
-/** Source seqs without a copy judged in one pass at most (a filtered link's sweep can have many). */
+/** The sweep's share of audit.maxReadRate (it reads beside the range passes). */
+const SWEEP_SHARE = 0.25;
+/** Source seqs without a copy judged in one pass at most. */
 const MAX_GAPS = 1_000_000;
-
-class Stopped extends Error {}
+/** Samples kept at most while the audit cannot go on (a failing read): the oldest go. */
+const MAX_SAMPLES = 10_000;
+/** The regions' clocks differ: a sweep reads the destination from this long before its first source message. */
+const CLOCK_SLACK_MS = 60_000;
 
 export class LinkAudit {
   private readonly now: () => number;
+  private readonly rangePacer: Pacer;
+  private readonly sweepPacer: Pacer;
   private unsubscribe: (() => void) | undefined;
   private running: Promise<void> | undefined;
+  private sweeping: Promise<void> | undefined;
+  private saving: Promise<unknown> = Promise.resolve();
   private stopped = false;
   private samples: Sample[] = [];
   private lastProgress = -1;
@@ -103,13 +112,15 @@ export class LinkAudit {
   private carried: Copy[] = [];
   private nextRead = 1;
   private order = new CopyOrder();
-  private coverage = 1;
+  /** Source seqs this owner checked and skipped (over its budget): the coverage. */
+  private covered = 0;
+  private skipped = 0;
   private lastError: string | undefined;
-  /** Read budget: the time (ms, on `now`) until which what was read so far is paid for. */
-  private paidUntil = 0;
 
   constructor(private readonly deps: LinkAuditDeps) {
     this.now = deps.clock ?? Date.now;
+    this.rangePacer = new Pacer(() => this.audit.maxReadRate, this.now);
+    this.sweepPacer = new Pacer(() => this.audit.maxReadRate * SWEEP_SHARE, this.now);
   }
 
   private get audit() {
@@ -140,16 +151,24 @@ export class LinkAudit {
       judgedSeq: s.judgedSeq,
       judgedAt: s.judgedAt,
       lagSeconds: this.lagMs() / 1000,
-      coverage: this.coverage,
+      coverage: this.coverage(),
       nextSweepAt: new Date(s.nextSweepMs).toISOString(),
+      pendingSamples: this.samples.length,
       totals: { ...s.totals },
       ...(s.lastFinding ? { lastFinding: s.lastFinding } : {}),
       ...(this.lastError ? { lastError: this.lastError } : {}),
     };
   }
 
+  private going = (): boolean => !this.stopped && this.deps.link.working();
+
+  private coverage(): number {
+    const all = this.covered + this.skipped;
+    return all === 0 ? 1 : this.covered / all;
+  }
+
   private async step(): Promise<void> {
-    const { link, logger } = this.deps;
+    const { link } = this.deps;
     if (this.stopped) return;
     if (!link.working()) {
       // A new ownership reads the stored state again: another owner may have gone on meanwhile.
@@ -165,20 +184,28 @@ export class LinkAudit {
     try {
       await this.sample(jsm);
       if (!this.state) await this.load(jsm, sourceCreatedMs);
-      if (this.state) {
-        await this.rangePass(jsm, sourceCreatedMs);
-        await this.sweep(jsm, sourceCreatedMs);
+      const state = this.state;
+      if (!state) return;
+      await this.rangePass(state, sourceCreatedMs);
+      if (this.state === state && !this.sweeping && this.audit.sweepEveryMs > 0 && this.now() >= state.nextSweepMs) {
+        this.sweeping = this.sweep(state, jsm, sourceCreatedMs)
+          .catch((err: unknown) => this.failed(err, "audit sweep failed; the next one is due after audit.sweepEvery"))
+          .finally(() => (this.sweeping = undefined));
       }
       this.deps.metrics.auditLag.set(this.label, this.lagMs() / 1000);
-      if (this.lastError) logger.info("audit goes on");
+      if (this.lastError) this.deps.logger.info("audit goes on");
       this.lastError = undefined;
     } catch (err) {
-      if (err instanceof Stopped) return;
-      const message = toRelayError(err).message;
-      if (this.lastError === undefined) logger.warn({ err: message }, "audit pass failed; trying again");
-      this.lastError = message;
-      this.state = undefined; // read again: the bucket holds what was last written
+      this.failed(err, "audit pass failed; trying again");
+      if (!(err instanceof AuditStopped)) this.state = undefined; // read again: the bucket holds what was last written
     }
+  }
+
+  private failed(err: unknown, what: string): void {
+    if (err instanceof AuditStopped) return;
+    const message = toRelayError(err).message;
+    if (this.lastError === undefined) this.deps.logger.warn({ err: message }, what);
+    this.lastError = message;
   }
 
   /** (ack floor, destination last seq), the floor read first, when the link moved since the last one. */
@@ -193,12 +220,14 @@ export class LinkAudit {
     const sample = { atMs: this.now(), ackFloor: ci.ack_floor.stream_seq, destSeq: dest.lastSeq, destCreatedMs: dest.createdMs };
     if (last && last.ackFloor === sample.ackFloor && last.destCreatedMs === sample.destCreatedMs) return;
     this.samples.push(sample);
+    if (this.samples.length > MAX_SAMPLES) this.samples.shift();
   }
 
-  private async destInfo(): Promise<{ lastSeq: number; firstSeq: number; createdMs: number }> {
-    const jsm = await jetstreamManager(this.deps.dest, this.deps.destDomain ? { domain: this.deps.destDomain, checkAPI: false } : { checkAPI: false });
-    const info = await jsm.streams.info(this.deps.config.to.stream);
-    return { lastSeq: info.state.last_seq, firstSeq: info.state.first_seq, createdMs: Date.parse(info.created) };
+  private async destInfo(): Promise<{ lastSeq: number; createdMs: number }> {
+    const { dest, destDomain, config } = this.deps;
+    const jsm = await jetstreamManager(dest, destDomain ? { domain: destDomain, checkAPI: false } : { checkAPI: false });
+    const info = await jsm.streams.info(config.to.stream);
+    return { lastSeq: info.state.last_seq, createdMs: Date.parse(info.created) };
   }
 
   /** The stored state, or a new one that judges the source from its first message on. */
@@ -231,51 +260,58 @@ export class LinkAudit {
     this.nextRead = state.readFrom;
     this.carried = [];
     this.order = new CopyOrder(state.highest);
+    this.covered = 0;
+    this.skipped = 0;
     this.deps.logger.info({ judgedSeq: state.judgedSeq, readFrom: state.readFrom }, "audit starts");
   }
 
   private lagMs(): number {
     const s = this.state;
-    if (!s) return 0;
     const settled = this.eligible();
-    if (!settled || settled.ackFloor <= s.judgedSeq) return 0;
+    if (!s || !settled || settled.ackFloor <= s.judgedSeq) return 0;
     return Math.max(0, settled.atMs - Date.parse(s.judgedAt));
   }
 
-  /** The newest sample `audit.after` old (the others before it are no longer needed). */
-  private eligible(): Sample | undefined {
+  /** The index of the newest sample that is `audit.after` old (-1: none). */
+  private eligibleIndex(): number {
     const cutoff = this.now() - this.audit.afterMs;
-    let found: Sample | undefined;
-    for (const s of this.samples) if (s.atMs <= cutoff) found = s;
+    let found = -1;
+    this.samples.forEach((s, i) => {
+      if (s.atMs <= cutoff) found = i;
+    });
     return found;
   }
 
-  private async rangePass(jsm: JetStreamManager, sourceCreatedMs: number): Promise<void> {
-    const state = this.state!;
-    const target = this.eligible();
+  private eligible(): Sample | undefined {
+    return this.samples[this.eligibleIndex()];
+  }
+
+  private async rangePass(state: AuditState, sourceCreatedMs: number): Promise<void> {
+    const t = this.eligibleIndex();
+    const target = this.samples[t];
     if (!target) return;
-    this.samples = this.samples.filter((s) => s.atMs >= target.atMs);
     if (target.destCreatedMs !== state.destCreatedMs) {
       this.state = undefined; // the destination was re-created: start over on the next tick
       this.samples = [];
       return;
     }
     if (target.ackFloor <= state.judgedSeq) return;
-    const toRead = target.destSeq - this.nextRead + 1;
-    if (toRead > this.audit.maxReadRate * MAX_PASS_SECONDS) return this.skipTo(target);
+    const sampled = this.sampleAhead(state, t);
     const record = new RangeRecord(state.judgedSeq, target.ackFloor);
     for (const c of this.carried) record.note(c);
     const copies = new CopyReader(this.deps.config, sourceCreatedMs);
     const orderedTo = state.orderedTo;
-    await this.readPaced(this.destSide(), this.nextRead, target.destSeq, (m) => {
+    await readPaced(this.destSide(), { seq: this.nextRead }, target.destSeq, this.rangePacer, this.going, (m) => {
       const copy = copies.read(m);
       if (!copy) return;
       const first = record.note(copy);
-      if (m.seq <= orderedTo) return; // read before this owner's restart: checked then
+      if (m.seq <= orderedTo) return; // read before (an earlier owner's, a skip's): checked then
       if (first) this.order.note(copy);
       else if (copy.sourceSeq <= record.from && !copy.late) record.extra++;
     });
-    const verdict = await this.judge(record, copies, sourceCreatedMs);
+    // A sampled pass: gaps below its lowest copy may be copies stored before its read began.
+    const above = sampled ? Math.min(record.to, record.lowest - 1) : record.from;
+    const verdict = await this.judge(record, copies, sourceCreatedMs, this.rangePacer, above);
     const later = record.later;
     this.carried = later;
     this.nextRead = target.destSeq + 1;
@@ -285,59 +321,71 @@ export class LinkAudit {
     state.judgedSeq = target.ackFloor;
     state.judgedDestSeq = target.destSeq;
     state.judgedAt = new Date(target.atMs).toISOString();
-    this.coverage = 1;
-    this.deps.metrics.auditCoverage.set(this.label, 1);
-    await this.report("range", record, verdict, this.order.take(), sourceCreatedMs);
+    this.samples = this.samples.slice(t);
+    this.skipped += above - record.from;
+    this.covered += record.to - above;
+    this.deps.metrics.auditCoverage.set(this.label, this.coverage());
+    await this.finish(state, "range", record, verdict, this.order.take(), sourceCreatedMs, record.to - above);
   }
 
-  /** Too far behind to read it all within its budget: the range up to `target` is left unchecked, and said so. */
-  private async skipTo(target: Sample): Promise<void> {
-    const state = this.state!;
-    const skipped = target.ackFloor - state.judgedSeq;
+  /**
+   * More to read than audit.maxReadRate allows in one audit.after: the pass starts at the earliest
+   * sample j whose range it can read within that, from the destination seq of the sample before
+   * (true returned). The source seqs up to there are left unchecked, logged and counted in the coverage;
+   * so are the seqs below the pass's lowest copy, which may have copies stored before its read began.
+   */
+  private sampleAhead(state: AuditState, t: number): boolean {
+    const target = this.samples[t]!;
+    const budget = (this.audit.maxReadRate * Math.max(1_000, this.audit.afterMs)) / 1000;
+    if (target.destSeq - this.nextRead + 1 <= budget) return false;
+    let j = t;
+    while (j > 1 && target.destSeq - this.samples[j - 2]!.destSeq <= budget) j--;
+    const start = this.samples[j - 1] ?? target; // no sample before the target: all of it goes unchecked
+    const skipped = start.ackFloor - state.judgedSeq;
+    if (skipped <= 0) return false;
     this.deps.logger.warn(
-      { fromSeq: state.judgedSeq + 1, toSeq: target.ackFloor, maxReadRate: this.audit.maxReadRate },
-      "audit skipped a range it could not read within audit.maxReadRate; the next sweep checks it",
+      { fromSeq: state.judgedSeq + 1, toSeq: start.ackFloor, maxReadRate: this.audit.maxReadRate },
+      "audit is over its read budget: it leaves these source seqs unchecked (the sweep covers them)",
     );
-    this.coverage = 0;
-    this.deps.metrics.auditCoverage.set(this.label, 0);
+    this.skipped += skipped;
     this.carried = [];
-    this.nextRead = target.destSeq + 1;
-    state.readFrom = this.nextRead;
-    state.orderedTo = target.destSeq;
-    state.judgedSeq = target.ackFloor;
-    state.judgedDestSeq = target.destSeq;
-    state.judgedAt = new Date(target.atMs).toISOString();
-    this.deps.metrics.auditPasses.inc({ ...this.label, kind: "range", outcome: "skipped" });
-    this.deps.logger.debug({ skipped }, "audit range skipped");
-    await this.save();
+    this.nextRead = start.destSeq + 1;
+    state.orderedTo = start.destSeq;
+    state.judgedSeq = start.ackFloor;
+    this.deps.metrics.auditPasses.inc({ ...this.label, kind: "range", outcome: "sampled" });
+    return true;
   }
 
-  /** The whole retained window of the source, against the whole destination, every audit.sweepEvery. */
-  private async sweep(jsm: JetStreamManager, sourceCreatedMs: number): Promise<void> {
-    const state = this.state!;
-    if (this.audit.sweepEveryMs === 0 || this.now() < state.nextSweepMs) return;
-    const info = await jsm.streams.info(this.deps.config.from.stream);
-    const record = new RangeRecord(Math.max(0, info.state.first_seq - 1), state.judgedSeq);
-    if (record.to > record.from) {
-      this.deps.logger.info({ fromSeq: record.from + 1, toSeq: record.to }, "audit sweep of the source's retained window starts");
-      const copies = new CopyReader(this.deps.config, sourceCreatedMs);
-      await this.readPaced(this.destSide(), 1, state.judgedDestSeq, (m) => {
-        const copy = copies.read(m);
-        if (copy && copy.sourceSeq <= record.to) record.note(copy);
-      });
-      const verdict = await this.judge(record, copies, sourceCreatedMs);
-      state.nextSweepMs = this.now() + this.audit.sweepEveryMs;
-      await this.report("sweep", record, verdict, new CopyOrder().take(), sourceCreatedMs);
-      return;
-    }
+  /**
+   * The source's retained window up to the judged floor, again, against the destination, beside the range
+   * passes (a quarter of their budget): at most as many source seqs as that share reads in one
+   * audit.sweepEvery, the newest ones, so a sweep ends before the next is due.
+   */
+  private async sweep(state: AuditState, jsm: JetStreamManager, sourceCreatedMs: number): Promise<void> {
+    const { config, logger } = this.deps;
+    const info = await jsm.streams.info(config.from.stream);
+    const retainedFrom = Math.max(0, info.state.first_seq - 1);
+    const budget = Math.max(1_000, Math.floor((this.audit.maxReadRate * SWEEP_SHARE * this.audit.sweepEveryMs) / 1000));
+    const record = new RangeRecord(Math.max(retainedFrom, state.judgedSeq - budget), state.judgedSeq);
+    const destTo = state.judgedDestSeq;
     state.nextSweepMs = this.now() + this.audit.sweepEveryMs;
-    await this.save();
+    if (record.to <= record.from) return void (await this.save(state));
+    logger.info({ fromSeq: record.from + 1, toSeq: record.to, retainedFromSeq: retainedFrom + 1 }, "audit sweep starts");
+    // A copy is stored after its source message (give or take the regions' clocks).
+    const first = record.from > retainedFrom ? await jsm.streams.getMessage(config.from.stream, { seq: record.from + 1 }).catch(() => null) : null;
+    const from = first ? { ms: first.time.getTime() - CLOCK_SLACK_MS } : { seq: 1 };
+    const copies = new CopyReader(config, sourceCreatedMs);
+    await readPaced(this.destSide(), from, destTo, this.sweepPacer, this.going, (m) => {
+      const copy = copies.read(m);
+      if (copy && copy.sourceSeq <= record.to) record.note(copy);
+    });
+    const verdict = await this.judge(record, copies, sourceCreatedMs, this.sweepPacer);
+    await this.finish(state, "sweep", record, verdict, new CopyOrder().take(), sourceCreatedMs);
   }
 
-  private judge(record: RangeRecord, copies: CopyReader, sourceCreatedMs: number): Promise<GapVerdict> {
-    const gaps = record.gaps(MAX_GAPS);
-    if (gaps.more > 0)
-      this.deps.logger.warn({ judged: gaps.seqs.length, left: gaps.more }, "audit judged only the first source seqs without a copy in this pass");
+  private judge(record: RangeRecord, copies: CopyReader, sourceCreatedMs: number, pacer: Pacer, above = record.from): Promise<GapVerdict> {
+    const gaps = record.gaps(MAX_GAPS, above);
+    if (gaps.more > 0) this.deps.logger.warn({ judged: gaps.seqs.length, left: gaps.more }, "audit judged only the first source seqs without a copy in this pass");
     return judgeGaps(
       {
         link: this.deps.config,
@@ -347,113 +395,50 @@ export class LinkAudit {
         incarnation: sourceCreatedMs,
         guard: this.deps.guard,
         copies,
-        paced: (n) => this.paced(n),
+        paced: (n) => pacer.spend(n),
+        read: (side, from, to, filter, onMessage) => readPaced(side, from, to, pacer, this.going, onMessage, filter),
       },
       gaps.seqs,
     );
   }
 
-  /** Counts, logs and stores what a pass found; with audit.repair auto, puts the missing back. */
-  private async report(
-    pass: "range" | "sweep",
-    record: RangeRecord,
-    verdict: GapVerdict,
-    order: ReturnType<CopyOrder["take"]>,
-    sourceCreatedMs: number,
-  ): Promise<void> {
-    const { metrics, logger } = this.deps;
-    const state = this.state!;
-    const checked = record.to - record.from;
-    const missing = verdict.missing;
-    metrics.auditChecked.inc(this.label, checked);
-    state.totals.checked += checked;
-    for (const [kind, n] of verdict.expected) if (n > 0) metrics.auditExpected.inc({ ...this.label, kind }, n);
-    const at = new Date(this.now()).toISOString();
-    const findings: Finding[] = [];
-    if (missing.length > 0) {
-      metrics.auditMissing.inc(this.label, missing.length);
-      state.totals.missing += missing.length;
-      const shown = missing.slice(0, EXAMPLES);
-      findings.push({ at, kind: "missing", count: missing.length, sourceSeqs: shown.map((m) => m.sourceSeq), ids: shown.map((m) => m.id), pass });
-      logger.error(
-        { pass, count: missing.length, sourceSeqs: shown.map((m) => m.sourceSeq), ids: shown.map((m) => m.id), repair: this.audit.repair },
-        "audit found messages missing from the destination",
-      );
-    }
-    if (record.extra > 0) {
-      metrics.auditExtra.inc(this.label, record.extra);
-      state.totals.extra += record.extra;
-      const ex = record.extraExamples;
-      findings.push({ at, kind: "extra", count: record.extra, sourceSeqs: ex.map((e) => e.sourceSeq), ids: ex.map((e) => e.id), pass });
-      logger.warn({ pass, count: record.extra, examples: ex }, "audit found extra copies in the destination");
-    }
-    if (order.reordered > 0) {
-      metrics.auditReordered.inc(this.label, order.reordered);
-      state.totals.reordered += order.reordered;
-      findings.push({ at, kind: "reordered", count: order.reordered, sourceSeqs: order.reorderExamples.map((e) => e.sourceSeq), pass });
-      logger.warn({ pass, count: order.reordered, examples: order.reorderExamples }, "audit found copies out of source order");
-    }
-    if (order.backwards > 0) {
-      metrics.auditBackwards.inc(this.label, order.backwards);
-      state.totals.backwards += order.backwards;
-      findings.push({ at, kind: "backwards", count: order.backwards, sourceSeqs: [], pass });
-      logger.warn({ pass, count: order.backwards, examples: order.backwardExamples }, "audit found entity versions going backwards");
-    }
-    const last = findings[0];
-    if (last) state.lastFinding = last;
-    metrics.auditPasses.inc({ ...this.label, kind: pass, outcome: findings.length > 0 ? "findings" : "clean" });
-    logger.debug({ pass, fromSeq: record.from + 1, toSeq: record.to, gaps: verdict.expected.size }, "audit pass done");
-    if (missing.length > 0 && this.audit.repair === "auto") await this.repair(missing, sourceCreatedMs);
-    await this.save();
+  /** Counts and logs what a pass found, puts the missing back with audit.repair auto, and stores the state. */
+  private async finish(state: AuditState, pass: Pass, record: RangeRecord, verdict: GapVerdict, order: ReturnType<CopyOrder["take"]>, sourceCreatedMs: number, checked?: number): Promise<void> {
+    const { metrics, logger, config } = this.deps;
+    recordFindings({ metrics, logger, link: config.name, now: this.now }, state, pass, record, verdict, order, checked);
+    if (verdict.missing.length > 0 && this.audit.repair === "auto") await this.repair(state, verdict.missing, sourceCreatedMs);
+    await this.save(state);
   }
 
-  private async repair(missing: GapVerdict["missing"], sourceCreatedMs: number): Promise<void> {
+  private async repair(state: AuditState, missing: GapVerdict["missing"], sourceCreatedMs: number): Promise<void> {
     const items: RepairItem[] = missing.map((m) => ({ id: m.id, sourceSeq: m.sourceSeq }));
-    const commitError = await putBack(this.deps.config, { source: this.sourceSide(), dest: this.destSide() }, items, this.deps.guard.kind === "none" ? undefined : this.deps.guard, {
-      incarnation: sourceCreatedMs,
+    const guard = this.deps.guard.kind === "none" ? undefined : this.deps.guard;
+    const commitError = await putBack(this.deps.config, { source: this.sourceSide(), dest: this.destSide() }, items, guard, { incarnation: sourceCreatedMs });
+    const repaired = items.filter((i) => i.outcome === "repaired").length;
+    if (repaired > 0) {
+      this.deps.metrics.auditRepaired.inc(this.label, repaired);
+      state.totals.repaired += repaired;
+    }
+    const outcomes: Record<string, number[]> = {};
+    for (const i of items) (outcomes[i.outcome ?? "failed"] ??= []).push(i.sourceSeq);
+    const level = repaired === items.length ? "info" : "warn";
+    this.deps.logger[level]({ outcomes, ...(commitError ? { guardCommitError: commitError } : {}) }, "audit put missing messages back");
+  }
+
+  /** Writes the state, one write at a time, only while this relay still works the link with it. */
+  private save(state: AuditState): Promise<void> {
+    const write = this.saving.then(async () => {
+      if (!this.going() || state !== this.state) throw new AuditStopped();
+      try {
+        this.revision = await this.deps.positions.writeAuditState(JSON.stringify(state), this.revision);
+      } catch (err) {
+        // Another owner wrote it since: its word stands; the state is read again on the next tick.
+        if (state === this.state) this.state = undefined;
+        throw err;
+      }
     });
-    const repaired = items.filter((i) => i.outcome === "repaired");
-    if (repaired.length > 0) {
-      this.deps.metrics.auditRepaired.inc(this.label, repaired.length);
-      this.state!.totals.repaired += repaired.length;
-    }
-    const byOutcome: Record<string, number[]> = {};
-    for (const i of items) (byOutcome[i.outcome ?? "failed"] ??= []).push(i.sourceSeq);
-    const level = repaired.length === items.length ? "info" : "warn";
-    this.deps.logger[level]({ outcomes: byOutcome, ...(commitError ? { guardCommitError: commitError } : {}) }, "audit put missing messages back");
-  }
-
-  private async save(): Promise<void> {
-    if (this.stopped || !this.deps.link.working()) throw new Stopped();
-    const text = JSON.stringify(this.state);
-    try {
-      this.revision = await this.deps.positions.writeAuditState(text, this.revision);
-    } catch (err) {
-      // Another owner wrote it since: its word stands; read it again on the next tick.
-      this.state = undefined;
-      throw err;
-    }
-  }
-
-  /** Reads [from, to] of a side in chunks, spending the read budget between them; stops with the audit. */
-  private async readPaced(side: StreamSide, from: number, to: number, onMessage: Parameters<typeof readStream>[2]): Promise<void> {
-    const chunk = Math.max(1_000, Math.min(50_000, Math.floor(this.audit.maxReadRate)));
-    let next = from;
-    while (next <= to) {
-      if (this.stopped || !this.deps.link.working()) throw new Stopped();
-      const r = await readStream(side, { startSeq: next, endSeq: to, maxMessages: chunk }, onMessage);
-      await this.paced(r.delivered);
-      if (r.delivered < chunk) return; // reached `to` (or the stream's end)
-      next = r.lastSeq + 1;
-    }
-  }
-
-  /** Waits as long as `messages` more reads cost at audit.maxReadRate. */
-  private async paced(messages: number): Promise<void> {
-    const now = this.now();
-    this.paidUntil = Math.max(this.paidUntil, now) + (messages * 1000) / this.audit.maxReadRate;
-    const wait = this.paidUntil - now - 1_000; // a second of reads may go at once
-    if (wait > 0) await sleep(wait);
+    this.saving = write.catch(() => undefined);
+    return write;
   }
 
   private sourceSide(): StreamSide {

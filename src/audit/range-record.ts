@@ -88,6 +88,8 @@ export class RangeRecord {
   readonly later: Copy[] = [];
   /** Copies of sequences at or below the range's start (a repair's, a late retry's). */
   earlier = 0;
+  /** The lowest source seq of the range with a copy (Infinity: none). */
+  lowest = Infinity;
 
   constructor(
     /** Sequences above this are judged... */
@@ -123,11 +125,12 @@ export class RangeRecord {
       return false;
     }
     this.bits[i >> 3]! |= bit;
+    if (seq < this.lowest) this.lowest = seq;
     return true;
   }
 
   /** The sequences of the range without a copy, in order (at most `limit`, then `more` says how many were left). */
-  gaps(limit = Infinity): { seqs: number[]; more: number } {
+  gaps(limit = Infinity, above = this.from): { seqs: number[]; more: number } {
     const seqs: number[] = [];
     let more = 0;
     const n = this.to - this.from;
@@ -137,7 +140,7 @@ export class RangeRecord {
       for (let k = 0; k < 8; k++) {
         const i = byte * 8 + k;
         if (i >= n) break;
-        if ((b & (1 << k)) !== 0) continue;
+        if ((b & (1 << k)) !== 0 || this.from + 1 + i <= above) continue;
         if (seqs.length < limit) seqs.push(this.from + 1 + i);
         else more++;
       }
