@@ -16,7 +16,7 @@ import type { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { addStream, cpuSeconds, fill, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
-/** The audit's reads come in chunks of audit.maxReadRate (20,000 by default), as link-audit.ts reads. */
+/** Chunks of 20,000 (audit.maxReadRate sizes them in link-audit.ts, up to 50,000): the per-message cost is what is measured. */
 const CHUNK = 20_000;
 
 export async function auditCostRows(servers: LocalBackend, count: number): Promise<void> {

@@ -74,7 +74,7 @@ export const DEFAULTS = Object.freeze({
   /** Where a new link starts (only while the destination holds no record of it). */
   startAt: "earliest",
   /** links[].audit (link/audit): see docs/verify.md for why `report` is the default repair. */
-  audit: { enabled: true, afterMs: 60_000, sweepEveryMs: 6 * 3_600_000, repair: "report", maxReadRate: 20_000 },
+  audit: { enabled: true, afterMs: 60_000, sweepEveryMs: 6 * 3_600_000, repair: "report", maxReadRate: 3_000 },
 } as const);
 
 /** `"relay-" + link name`. */

@@ -176,7 +176,7 @@ void describe("valid configs", () => {
         onGap: "continue",
         stallAfterMs: 10_000,
         startAt: "earliest",
-        audit: { enabled: true, afterMs: 60_000, sweepEveryMs: 21_600_000, repair: "report", maxReadRate: 20_000 },
+        audit: { enabled: true, afterMs: 60_000, sweepEveryMs: 21_600_000, repair: "report", maxReadRate: 3_000 },
       },
     ]);
     assert.deepEqual(c.http, { host: "127.0.0.1", port: 9464, protectMetrics: false });
