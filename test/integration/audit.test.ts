@@ -153,3 +153,25 @@ test("a link relaying faster than audit.maxReadRate is sampled: the skipped seqs
   assert.ok(logs.lines.some((l) => l.includes("audit is over its read budget")));
   assert.equal(await metricValue(relay, "relay_audit_missing_total", LINK), 0);
 });
+
+test("a handover: the new owner of the link goes on from the audit position the old one stored, and only the owner audits", async (t) => {
+  const { src, dst, nca, ncb, yaml } = await twoRegions(t);
+  const configText = yaml("    audit: { after: 1s }\n");
+  const first = await startRelay(t, configText, "b");
+  await check(() => first.relay.status().links[0]?.state === "live", { name: "first relay owns the link", timeoutMs: 20_000 });
+  const second = await startRelay(t, configText, "b");
+  await check(() => second.relay.status().links[0]?.state === "standby", { name: "second relay stands by", timeoutMs: 20_000 });
+  await publishIds(nca, src, "m", 300);
+  await waitForCount(ncb, dst, 300, 20_000, "relayed by the first");
+  await check(async () => (await metricValue(first.relay, "relay_audit_checked_total", LINK)) === 300, { timeoutMs: 20_000, name: "the owner judged the 300" });
+  assert.equal(await metricValue(second.relay, "relay_audit_checked_total", LINK), 0, "the standby audits nothing");
+  assert.equal(auditOf(second.relay), undefined);
+
+  await first.relay.stop(AbortSignal.timeout(10_000));
+  await check(() => second.relay.status().links[0]?.state === "live", { name: "second relay took over", timeoutMs: 10_000 });
+  await publishIds(nca, src, "n", 200);
+  await waitForCount(ncb, dst, 500, 20_000, "relayed by the second");
+  await check(async () => (await metricValue(second.relay, "relay_audit_checked_total", LINK)) === 200, { timeoutMs: 20_000, name: "the new owner judged the 200 after the stored position" });
+  assert.equal(auditOf(second.relay)?.totals.checked, 500, "the totals go on from the stored state");
+  assert.equal(await metricValue(second.relay, "relay_audit_missing_total", LINK), 0);
+});
