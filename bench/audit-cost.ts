@@ -50,8 +50,8 @@ export async function auditCostRows(servers: LocalBackend, count: number): Promi
     const side = { nc: ncb, region: "b", stream: "DST" };
     let next = 1;
     for (;;) {
-      const r = await readStream(side, { startSeq: next, maxMessages: CHUNK }, (m) => {
-        const c = copies.read(m);
+      const r = await readStream(side, { startSeq: next, maxMessages: CHUNK }, (m, seq) => {
+        const c = copies.read(m, seq);
         if (c) record.note(c);
       });
       if (r.delivered < CHUNK) break;

@@ -36,7 +36,7 @@ export class CopyReader {
   }
 
   /** The copy `m` is, when it is one of this link's (unit's) of the current source incarnation. */
-  read(m: JsMsg): Copy | undefined {
+  read(m: JsMsg, destSeq: number): Copy | undefined {
     const h = headersOf(m);
     if (!h) return undefined;
     const rs = h.get(RelayHeaders.Source);
@@ -48,13 +48,13 @@ export class CopyReader {
     if (!Number.isSafeInteger(sourceSeq) || sourceSeq < 1) return undefined;
     const id = this.ids.destinationKey(h.get(RelayHeaders.MsgId), h);
     const late = h.get(RelayHeaders.Repair) !== "" || h.get(RelayHeaders.Snapshot) !== "";
-    if (!this.link.guard?.versions) return { sourceSeq, destSeq: m.seq, id, late };
+    if (!this.link.guard?.versions) return { sourceSeq, destSeq, id, late };
     const r = identify({ subject: sourceSubject(m.subject, this.link), headers: h, streamSequence: 0 }, this.link);
     const entity = r.ok ? r.identity.entity : undefined;
     const version = r.ok ? r.identity.version : undefined;
     return {
       sourceSeq,
-      destSeq: m.seq,
+      destSeq,
       id,
       late,
       ...(entity !== undefined && version !== undefined ? { entity, version } : {}),

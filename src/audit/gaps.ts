@@ -43,7 +43,7 @@ export interface GapDeps {
   /** Pays for messages fetched one by one (audit.maxReadRate). */
   readonly paced: (messages: number) => Promise<void>;
   /** A paced, headers-only read of a side from a sequence or a time to a sequence (pacer.ts readPaced). */
-  readonly read: (side: StreamSide, from: { readonly seq: number } | { readonly ms: number }, to: number, filterSubject: string | undefined, onMessage: (m: JsMsg) => void) => Promise<void>;
+  readonly read: (side: StreamSide, from: { readonly seq: number } | { readonly ms: number }, to: number, filterSubject: string | undefined, onMessage: (m: JsMsg, seq: number) => void) => Promise<void>;
 }
 
 /** Gaps up to this many are fetched one by one; more are read in one filtered pass over their span. */
@@ -102,8 +102,8 @@ export async function judgeGaps(deps: GapDeps, seqs: readonly number[]): Promise
   const byId = new Set(candidates.map((c) => c.id));
   const seen = new Set<number>();
   const seenIds = new Set<string>();
-  await deps.read(deps.dest, { ms: since - dupWindowMs }, Number.MAX_SAFE_INTEGER, undefined, (m) => {
-    const copy = deps.copies.read(m);
+  await deps.read(deps.dest, { ms: since - dupWindowMs }, Number.MAX_SAFE_INTEGER, undefined, (m, seq) => {
+    const copy = deps.copies.read(m, seq);
     if (copy && bySeq.has(copy.sourceSeq)) seen.add(copy.sourceSeq);
     const id = headersOf(m)?.get(RelayHeaders.MsgId) ?? "";
     if (id !== "" && byId.has(id)) seenIds.add(id);

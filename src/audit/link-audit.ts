@@ -301,11 +301,11 @@ export class LinkAudit {
     for (const c of this.carried) record.note(c);
     const copies = new CopyReader(this.deps.config, sourceCreatedMs);
     const orderedTo = state.orderedTo;
-    await readPaced(this.destSide(), { seq: this.nextRead }, target.destSeq, this.rangePacer, this.going, (m) => {
-      const copy = copies.read(m);
+    await readPaced(this.destSide(), { seq: this.nextRead }, target.destSeq, this.rangePacer, this.going, (m, seq) => {
+      const copy = copies.read(m, seq);
       if (!copy) return;
       const first = record.note(copy);
-      if (m.seq <= orderedTo) return; // read before (an earlier owner's, a skip's): checked then
+      if (seq <= orderedTo) return; // read before (an earlier owner's, a skip's): checked then
       if (first) this.order.note(copy);
       else if (copy.sourceSeq <= record.from && !copy.late) record.extra++;
     });
@@ -375,8 +375,8 @@ export class LinkAudit {
     const first = record.from > retainedFrom ? await jsm.streams.getMessage(config.from.stream, { seq: record.from + 1 }).catch(() => null) : null;
     const from = first ? { ms: first.time.getTime() - CLOCK_SLACK_MS } : { seq: 1 };
     const copies = new CopyReader(config, sourceCreatedMs);
-    await readPaced(this.destSide(), from, destTo, this.sweepPacer, this.going, (m) => {
-      const copy = copies.read(m);
+    await readPaced(this.destSide(), from, destTo, this.sweepPacer, this.going, (m, seq) => {
+      const copy = copies.read(m, seq);
       if (copy && copy.sourceSeq <= record.to) record.note(copy);
     });
     const verdict = await this.judge(record, copies, sourceCreatedMs, this.sweepPacer);

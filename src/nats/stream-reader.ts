@@ -3,6 +3,7 @@ import type { ConsumerMessages, JetStreamManager, JsMsg, StreamInfo, StreamState
 import type { NatsConnection } from "@nats-io/nats-core";
 import { nanos } from "@nats-io/nats-core";
 import { ErrorCodes, RelayError } from "../errors.js";
+import { parseAckSubject } from "./delivery.js";
 import { classifyJsError } from "./durable-consumer.js";
 import { settleOnce } from "../lifecycle/settle-once.js";
 
@@ -57,7 +58,7 @@ const QUIET_END_MS = 1_000;
 export async function readStream(
   side: StreamSide,
   opts: ReadOptions,
-  onMessage: (m: JsMsg) => void,
+  onMessage: (m: JsMsg, seq: number) => void,
 ): Promise<ReadResult> {
   const where = `${side.region}/${side.stream}`;
   const jsm = await managerOf(side);
@@ -119,16 +120,18 @@ export async function readStream(
       max_messages: opts.batch ?? 4_096,
       callback: (m: JsMsg) => {
         if (once.done) return;
+        // The ack subject read once, cheaply (the client's m.seq / m.info build an object per message).
+        const { streamSequence: seq, pending } = parseAckSubject((m as JsMsg & { readonly msg?: { readonly reply?: string } }).msg?.reply ?? "");
         // Under a filter the next match may lie past the end: the read ends without it.
-        if (m.seq > endSeq) {
+        if (seq > endSeq) {
           settle();
           return;
         }
         lastProgress = Date.now();
         delivered++;
-        lastSeq = m.seq;
+        lastSeq = seq;
         try {
-          onMessage(m);
+          onMessage(m, seq);
         } catch (err) {
           settle(err);
           return;
@@ -139,8 +142,8 @@ export async function readStream(
         // sequence is not known in advance, it ends the read at once.
         if (quiet) clearTimeout(quiet);
         quiet = undefined;
-        if (m.seq >= endSeq || delivered >= maxMessages || (opts.filterSubject !== undefined && m.info.pending === 0)) settle();
-        else if (m.info.pending === 0) quiet = setTimeout(() => settle(), QUIET_END_MS);
+        if (seq >= endSeq || delivered >= maxMessages || (opts.filterSubject !== undefined && pending === 0)) settle();
+        else if (pending === 0) quiet = setTimeout(() => settle(), QUIET_END_MS);
       },
     });
     if (once.done) messages.stop();
