@@ -29,6 +29,11 @@ export interface AuditState {
   /** The source and destination streams' incarnations (creation times, ms): another incarnation starts over. */
   readonly sourceCreatedMs: number;
   readonly destCreatedMs: number;
+  /**
+   * Where the link's responsibility begins, as the audit first found it: its consumer's start (all
+   * messages, or a start sequence), else the ack floor when the audit began. Nothing below is judged.
+   */
+  readonly originSeq: number;
   /** Every source seq at or below this one was judged. */
   judgedSeq: number;
   /** When the range up to judgedSeq had settled (its sample's time, ISO 8601). */
@@ -72,6 +77,7 @@ export function parseAuditState(text: string): AuditState | undefined {
   return {
     sourceCreatedMs: o["sourceCreatedMs"] as number,
     destCreatedMs: o["destCreatedMs"] as number,
+    originSeq: nonNegative(o["originSeq"]) ? o["originSeq"] : 0,
     judgedSeq: o["judgedSeq"] as number,
     judgedAt: o["judgedAt"],
     judgedDestSeq: o["judgedDestSeq"] as number,

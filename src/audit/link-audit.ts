@@ -202,7 +202,7 @@ export class LinkAudit {
   }
 
   private failed(err: unknown, what: string): void {
-    if (err instanceof AuditStopped) return;
+    if (err instanceof AuditStopped || this.stopped) return;
     const message = toRelayError(err).message;
     if (this.lastError === undefined) this.deps.logger.warn({ err: message }, what);
     this.lastError = message;
@@ -242,11 +242,12 @@ export class LinkAudit {
       state = undefined;
     }
     if (!state) {
-      const info = await jsm.streams.info(this.deps.config.from.stream);
+      const originSeq = await this.originOf(jsm, first);
       state = {
         sourceCreatedMs,
         destCreatedMs: first.destCreatedMs,
-        judgedSeq: Math.max(0, info.state.first_seq - 1),
+        originSeq,
+        judgedSeq: originSeq,
         judgedAt: new Date(this.now()).toISOString(),
         judgedDestSeq: 0,
         readFrom: 1,
@@ -263,6 +264,19 @@ export class LinkAudit {
     this.covered = 0;
     this.skipped = 0;
     this.deps.logger.info({ judgedSeq: state.judgedSeq, readFrom: state.readFrom }, "audit starts");
+  }
+
+  /**
+   * Where a new audit begins: before the first message the link's consumer delivers from (all of the
+   * stream, or a start sequence), else (a start at new messages or at a time) at the link's ack floor.
+   */
+  private async originOf(jsm: JetStreamManager, first: Sample): Promise<number> {
+    const { config } = this.deps;
+    const [info, ci] = await Promise.all([jsm.streams.info(config.from.stream), jsm.consumers.info(config.from.stream, config.durableName)]);
+    const firstSeq = info.state.first_seq;
+    if (ci.config.deliver_policy === "all") return Math.max(0, firstSeq - 1);
+    if (ci.config.deliver_policy === "by_start_sequence") return Math.max(firstSeq, ci.config.opt_start_seq ?? 1) - 1;
+    return first.ackFloor;
   }
 
   private lagMs(): number {
@@ -366,7 +380,7 @@ export class LinkAudit {
     const info = await jsm.streams.info(config.from.stream);
     const retainedFrom = Math.max(0, info.state.first_seq - 1);
     const budget = Math.max(1_000, Math.floor((this.audit.maxReadRate * SWEEP_SHARE * this.audit.sweepEveryMs) / 1000));
-    const record = new RangeRecord(Math.max(retainedFrom, state.judgedSeq - budget), state.judgedSeq);
+    const record = new RangeRecord(Math.max(retainedFrom, state.originSeq, state.judgedSeq - budget), state.judgedSeq);
     const destTo = state.judgedDestSeq;
     state.nextSweepMs = this.now() + this.audit.sweepEveryMs;
     if (record.to <= record.from) return void (await this.save(state));

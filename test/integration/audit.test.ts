@@ -175,3 +175,14 @@ test("a handover: the new owner of the link goes on from the audit position the 
   assert.equal(auditOf(second.relay)?.totals.checked, 500, "the totals go on from the stored state");
   assert.equal(await metricValue(second.relay, "relay_audit_missing_total", LINK), 0);
 });
+
+test("a link that starts at a source sequence is audited from there: neither range passes nor sweeps judge what it was never to relay", async (t) => {
+  const { src, dst, nca, ncb, yaml } = await twoRegions(t);
+  await publishIds(nca, src, "m", 20);
+  const { relay } = await startRelay(t, yaml("    startAt: { seq: 11 }\n    audit: { after: 1s, sweepEvery: 3s }\n"), "b");
+  await waitForCount(ncb, dst, 10, 20_000, "11..20 relayed");
+  await check(async () => (await metricValue(relay, "relay_audit_passes_total", { link: "a-to-b", kind: "sweep", outcome: "clean" })) >= 1, { timeoutMs: 20_000, name: "a clean sweep" });
+  assert.equal(await metricValue(relay, "relay_audit_missing_total", LINK), 0);
+  assert.ok((await metricValue(relay, "relay_audit_checked_total", LINK)) >= 20, "the range pass judged 11..20 and the sweep again");
+  assert.equal(auditOf(relay)?.judgedSeq, 20);
+});

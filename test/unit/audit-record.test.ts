@@ -40,7 +40,7 @@ test("copy order counts a copy stored after a later one, leaves repaired copies 
 });
 
 test("the stored audit state parses back, and anything else is no state (never guessed from)", () => {
-  const state = { sourceCreatedMs: 1, destCreatedMs: 2, judgedSeq: 40, judgedAt: "T", judgedDestSeq: 44, readFrom: 41, orderedTo: 44, highest: 40, nextSweepMs: 9, totals: { ...newTotals(), missing: 2 } };
+  const state = { sourceCreatedMs: 1, destCreatedMs: 2, originSeq: 0, judgedSeq: 40, judgedAt: "T", judgedDestSeq: 44, readFrom: 41, orderedTo: 44, highest: 40, nextSweepMs: 9, totals: { ...newTotals(), missing: 2 } };
   assert.deepEqual(parseAuditState(JSON.stringify(state)), state);
   assert.equal(parseAuditState("not json"), undefined);
   assert.equal(parseAuditState(JSON.stringify({ ...state, judgedSeq: -1 })), undefined);
