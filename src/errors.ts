@@ -41,6 +41,12 @@ export const ErrorCodes = {
    * and not keep the message (no interest, or consumed), so acking the source would lose it. The link fails.
    */
   DESTINATION_RETENTION: "DESTINATION_RETENTION",
+  /**
+   * The destination stream is a counter stream (`allow_msg_counter`, nats-server 2.12+): it refuses a
+   * publish without `Nats-Incr` and sums what it takes, so it cannot hold a copy. The link fails; server
+   * sourcing (the stream's `sources`) is how counters are aggregated across regions.
+   */
+  DESTINATION_UNSUPPORTED: "DESTINATION_UNSUPPORTED",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /**
