@@ -150,6 +150,11 @@ export class Pipeline {
     return this.window.size;
   }
 
+  /** 429 answers from the destination so far (cumulative): backpressure the pull window shrinks for. */
+  get pushedBack(): number {
+    return this.pubAck.pushedBack;
+  }
+
   /** Messages sent to the destination and not acked at the source yet (publishing, published, committing). */
   get unsettled(): number {
     return this.window.unsettled;

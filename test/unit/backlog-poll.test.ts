@@ -67,7 +67,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
       },
     },
     destinationCheck: { known: true, recheck: () => Promise.resolve() },
-    pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {} },
+    pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {}, pushedBack: 0 },
     window: { holding: () => {}, observe: () => {}, throttled: false },
     inspector,
     health: { has: () => false, clear: () => {}, trouble: () => {}, refresh: () => {}, nothingButStalled: () => true },
