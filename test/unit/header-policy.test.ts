@@ -241,3 +241,17 @@ test("docs/data-path.md's header policy table is the code's table", () => {
     HEADER_POLICY.map((r) => [`\`${r.header}\``, r.since, r.action]),
   );
 });
+
+test("check --live: a counter destination (2.12+) is an error pointing at server sourcing", async () => {
+  const { streamFacts } = await import("../../src/nats/stream-facts.js");
+  const { checkRetention } = await import("../../src/preflight/stream-checks.js");
+  const info = (config: Record<string, unknown>) =>
+    ({ config: { name: "D", subjects: ["d.>"], retention: "limits", duplicate_window: 0, max_age: 0, max_msg_size: -1, ...config }, state: { messages: 0, bytes: 0, first_ts: "", last_ts: "" } }) as never;
+  const counter = streamFacts(info({ allow_msg_counter: true }));
+  const plain = streamFacts(info({ allow_msg_ttl: true }));
+  assert.equal(checkRetention(linkWith(), plain).level, "ok");
+  const result = checkRetention(linkWith(), counter);
+  assert.equal(result.level, "error");
+  assert.match(result.detail, /counter stream \(allow_msg_counter/);
+  assert.match(result.fix ?? "", /server sourcing/);
+});
