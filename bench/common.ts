@@ -4,6 +4,7 @@ import { headers, nanos } from "@nats-io/nats-core";
 import type { MsgHdrs, NatsConnection } from "@nats-io/nats-core";
 import { fillStream } from "../test/helpers/fill.js";
 import { writeConfig } from "../test/helpers/relays.js";
+import { natsServerBin, natsServerVersion } from "../test/helpers/nats-version.js";
 
 /** Peak resident set (VmHWM) of a process, in MB; undefined when it cannot be read. */
 export function peakRssMb(pid: number | "self" | undefined): number | undefined {
@@ -141,3 +142,8 @@ export async function timeUntilFull(nc: NatsConnection, stream: string, count: n
   }
 }
 
+
+/** Which nats-server the bench runs, for its header: NATS_SERVER_BIN's, else PATH's, with its version. */
+export function serverLabel(): string {
+  return `nats-server ${natsServerVersion() ?? "(version unknown)"} (${process.env.NATS_SERVER_BIN ? natsServerBin() : "from PATH"})`;
+}

@@ -26,7 +26,7 @@ import { JetStreamPublisher } from "../src/nats/publisher.js";
 import { check } from "../test/helpers/check.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
-import { writeBenchConfig } from "./common.js";
+import { serverLabel, writeBenchConfig } from "./common.js";
 
 const KILLS = envCount("FAILOVER_KILLS", 20);
 /** FAILOVER_VERBOSE=1: after each fault, the survivor's link state changes (from its /status) too. */
@@ -252,7 +252,7 @@ async function main(): Promise<void> {
     configDir = dirname(config);
     console.log(
       `failover benchmark: ${KILLS} kills + ${HANDOVERS} handovers, 2 relays for region b, ${RATE} msgs/s, ` +
-        `lease ${LEASE_MS} ms / renew ${RENEW_MS} ms, nats-server from PATH\n`,
+        `lease ${LEASE_MS} ms / renew ${RENEW_MS} ms, ${serverLabel()}\n`,
     );
 
     // The CLI logs its HTTP port at info level; --http 127.0.0.1:0 lets each process pick a free one.

@@ -27,8 +27,12 @@ import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { idleLinkRows } from "./idle-links.js";
 import { topologyRows } from "./topology.js";
+<<<<<<< HEAD
 import { auditCostRows } from "./audit-cost.js";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
+=======
+import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, serverLabel, timeUntilFull, writeBenchConfig } from "./common.js";
+>>>>>>> fix/idle-hdr
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
@@ -166,7 +170,7 @@ async function main(): Promise<void> {
   if (build.status !== 0) throw new Error("npm run build failed");
   const servers = new LocalBackend();
   try {
-    console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, nats-server from PATH; rows: ${[...ONLY].join(", ")}\n`);
+    console.log(`jetstream-relay benchmark: ${COUNT} messages of ${SIZE} bytes, ${serverLabel()}; rows: ${[...ONLY].join(", ")}\n`);
     if (ONLY.has("loopback")) await loopbackRows(servers);
     if (ONLY.has("r3") || ONLY.has("r3-wan") || ONLY.has("lag")) {
       const rtts = WAN_ONE_WAY_MS.map((ms) => `${2 * ms} ms`).join(", ");

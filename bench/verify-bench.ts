@@ -18,7 +18,7 @@ import { verifyCommand } from "../src/cli/verify-command.js";
 import { fillStream } from "../test/helpers/fill.js";
 import type { VerifyReport } from "../src/verify/report.js";
 import { LocalBackend } from "../test/helpers/local-backend.js";
-import { peakRssMb, writeBenchConfig } from "./common.js";
+import { peakRssMb, serverLabel, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 1_000_000);
 const IN_FLIGHT = 1_000;
@@ -51,7 +51,7 @@ async function addStream(nc: NatsConnection, name: string, subjects: string[]): 
 async function main(): Promise<void> {
   const servers = new LocalBackend();
   try {
-    console.log(`verify benchmark: ${COUNT} messages a side, nats-server from PATH`);
+    console.log(`verify benchmark: ${COUNT} messages a side, ${serverLabel()}`);
     const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
     const nca = await connect({ servers: a.url });
     const ncb = await connect({ servers: b.url });

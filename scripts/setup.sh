@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # npm ci and everything after it on the project's Node.js runtime (Node 22 fetched into .tools/ when older).
 source scripts/runtime.sh
 need=()
-command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+[ -n "${NATS_SERVER_BIN:-}" ] || command -v nats-server >/dev/null 2>&1 || need+=(nats-server) # NATS_SERVER_BIN: that binary instead
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ "${#need[@]}" -gt 0 ]; then

@@ -26,6 +26,12 @@ export const ErrorCodes = {
    * every message of the link alike (a 4xx other than the size): the link pauses and retries slowly.
    */
   PUBLISH_REJECTED: "PUBLISH_REJECTED",
+  /**
+   * The destination answered 429 (JSStreamTooManyRequests, err_code 10167, nats-server 2.11+: the
+   * stream's ingest queue is full): backpressure, not a failure. The publish is retried after a backoff,
+   * the pull window shrinks, nothing is dropped and the link neither pauses nor halts.
+   */
+  DESTINATION_BUSY: "DESTINATION_BUSY",
   /** The destination stream is full (discard new) or cannot store: the link pauses until it can. */
   DESTINATION_FULL: "DESTINATION_FULL",
   /** A message (headers included) is larger than the destination accepts: the bad-message policy applies. */
@@ -41,6 +47,12 @@ export const ErrorCodes = {
    * and not keep the message (no interest, or consumed), so acking the source would lose it. The link fails.
    */
   DESTINATION_RETENTION: "DESTINATION_RETENTION",
+  /**
+   * The destination stream is a counter stream (`allow_msg_counter`, nats-server 2.12+): it refuses a
+   * publish without `Nats-Incr` and sums what it takes, so it cannot hold a copy. The link fails; server
+   * sourcing (the stream's `sources`) is how counters are aggregated across regions.
+   */
+  DESTINATION_UNSUPPORTED: "DESTINATION_UNSUPPORTED",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /**
@@ -99,6 +111,7 @@ const retryable: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ErrorCodes.PUBLISH_NOT_STORED,
   ErrorCodes.PUBLISH_REJECTED,
   ErrorCodes.DESTINATION_FULL,
+  ErrorCodes.DESTINATION_BUSY,
   ErrorCodes.GUARD_UNAVAILABLE,
   ErrorCodes.SOURCE_STALLED,
 ]);

@@ -79,7 +79,8 @@ export async function putBack(
     const token = link.partitions ? Number(subject.split(".")[link.partitions.token - 1]) : 0;
     const unit = units[token] ?? link;
     let ctx = contexts.get(unit.name);
-    if (!ctx) contexts.set(unit.name, (ctx = entryContext(unit)));
+    // Nats-TTL is not copied: a destination without allow_msg_ttl would refuse the message (10166).
+    if (!ctx) contexts.set(unit.name, (ctx = entryContext(unit, { keepTtl: false })));
     return ctx;
   };
   const publisher = new JetStreamPublisher(sides.dest.nc, link.publishTimeoutMs);

@@ -251,6 +251,13 @@ export const LinkSchema = obj({
       description:
         "Every publish carries `Nats-Expected-Stream: <to.stream>`, so the server itself refuses to store a message into any other stream (err_code 10060, which fails the link with `DESTINATION_MISMATCH`, nothing acked). The header is **stored with every message**; see [the trade-off](#toexpectstream-the-trade-off).",
     }),
+    deleteMarkers: oneOf(["relay", "drop"] as const)
+      .optional()
+      .meta({
+        default: DEFAULTS.deleteMarkers,
+        description:
+          "What to do with a subject delete marker from the source (a message carrying `Nats-Marker-Reason`, which nats-server 2.11+ writes when a subject's last message ages out): `relay` copies it like any message (as server sourcing does), `drop` acks it at the source without publishing it and counts it in `relay_delete_markers_dropped_total`. See [the header policy](data-path.md#header-policy).",
+      }),
   }).meta({ description: "Where the link publishes: a stream in another region." }),
   batchSize: integer(1, 10_000).optional().meta({
     default: DEFAULTS.batchSize,

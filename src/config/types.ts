@@ -88,6 +88,8 @@ export interface LinkConfig {
      * other stream (err_code 10060). Off by default: the header is stored with every message.
      */
     readonly expectStream?: true;
+    /** Subject delete markers (`Nats-Marker-Reason`) are acked at the source and counted, never published (default: relayed). */
+    readonly deleteMarkers?: "drop";
   };
   /** Messages per pull request. */
   readonly batchSize: number;

@@ -35,7 +35,7 @@ export interface BacklogPollDeps {
   readonly ticks: TickGrid;
   readonly probe: Pick<BacklogProbe, "read">;
   readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
-  readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume">;
+  readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume" | "pushedBack">;
   readonly window: Pick<LinkWindow, "holding" | "observe" | "throttled">;
   readonly inspector: Pick<SourceInspector, "observeClock" | "inspect">;
   readonly health: Pick<LinkHealth, "has" | "clear" | "trouble" | "refresh" | "nothingButStalled">;
@@ -173,6 +173,7 @@ export class BacklogPoll {
             // Published and waiting for the PubAck, or all of it while the destination fails or refuses.
             awaitingDestination: d.health.has("dest") || d.health.has("refused") ? d.pipeline.size : d.publisher.inFlight,
             sourcePending: reading.pending,
+            pushedBack: d.pipeline.pushedBack,
           });
         }
         // Missed heartbeats said stalled: the source answers again and has nothing for the link.

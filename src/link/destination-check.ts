@@ -71,7 +71,7 @@ export class DestinationCheck {
     } catch (err) {
       const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
       this.deps.metrics.errors.inc({ link: this.deps.link, code: relayErr.code });
-      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH || relayErr.code === ErrorCodes.DESTINATION_RETENTION) return this.deps.events.fail(relayErr);
+      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH || relayErr.code === ErrorCodes.DESTINATION_RETENTION || relayErr.code === ErrorCodes.DESTINATION_UNSUPPORTED) return this.deps.events.fail(relayErr);
       this.deps.events.trouble(relayErr);
     }
   }

@@ -12,6 +12,23 @@ import { unboundSubjects } from "./binding.js";
 import { RelayHeaders } from "../protocol/headers.js";
 import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
 
+/** The stream allows per-message TTLs (`allow_msg_ttl`, nats-server 2.11+; absent before). */
+export function allowsMsgTtl(info: Pick<StreamInfo, "config">): boolean {
+  return (info.config as { allow_msg_ttl?: unknown }).allow_msg_ttl === true;
+}
+
+/**
+ * DESTINATION_UNSUPPORTED for a counter stream (`allow_msg_counter`, nats-server 2.12+): it refuses a
+ * publish without `Nats-Incr` (err_code 10169) and sums increments, so it cannot hold a copy.
+ */
+export function counterStreamError(info: Pick<StreamInfo, "config">, where: string): RelayError | undefined {
+  if ((info.config as { allow_msg_counter?: unknown }).allow_msg_counter !== true) return undefined;
+  return new RelayError(
+    ErrorCodes.DESTINATION_UNSUPPORTED,
+    `${where} is a counter stream (allow_msg_counter): it refuses every publish without Nats-Incr and sums what it takes, so the relay cannot copy messages into it. Aggregate counters across regions with server sourcing instead (the counter stream's \`sources\`, which sum the source's counters), or point the link at a stream without allow_msg_counter`,
+  );
+}
+
 /** The NATS default, for a server that does not say. */
 const DEFAULT_MAX_PAYLOAD = 1024 * 1024;
 
@@ -56,6 +73,8 @@ export class Destination {
         `${where} has ${info.config.retention} retention: it can acknowledge a message it does not keep, and the relay would ack the source for a message that is gone (its Relay-Source markers go too). Fix: use a stream with limits retention (\`jetstream-relay check --live\` says how for this server)`,
       );
     }
+    const counter = counterStreamError(info, where);
+    if (counter) throw counter;
     if (sourceInfo) {
       const unbound = unboundSubjects(link, streamFacts(sourceInfo), streamFacts(info));
       if (unbound.length > 0) {
@@ -71,6 +90,7 @@ export class Destination {
       stream: info.config.name,
       maxMessageBytes: Math.min(maxPayload, maxMsgSize),
       duplicateWindowMs: info.config.duplicate_window ? millis(info.config.duplicate_window) : 120_000,
+      allowMsgTtl: allowsMsgTtl(info),
     };
   }
 

@@ -6,6 +6,7 @@ import { WireHeaders } from "../nats/wire-headers.js";
 import type { LinkConfig } from "../config/types.js";
 import { createHash } from "node:crypto";
 import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatter, RelayHeaders, REWRITTEN_HEADERS } from "../protocol/headers.js";
+import { policyStrippedNames, policyStrippedPrefixes, TTL_HEADER } from "../protocol/header-policy.js";
 import { HeaderBytes } from "./header-bytes.js";
 import type { MessageIdentity } from "./identity.js";
 import { transformSubject } from "./identity.js";
@@ -73,6 +74,11 @@ export interface Entry {
   receivedAt: number;
   /** Bytes it holds (payload and headers, as received): the in-flight byte bound. */
   readonly heldBytes: number;
+  /**
+   * It carries a `Nats-TTL` header copied from the source: kept only if the stream it is published to
+   * allows per-message TTLs (the header policy, protocol/header-policy.ts), else removed before the publish.
+   */
+  ttl: boolean;
 }
 
 /**
@@ -96,7 +102,11 @@ export interface EntryContext {
   readonly bytes: HeaderBytes;
 }
 
-export function entryContext(link: LinkConfig): EntryContext {
+/**
+ * `keepTtl: false`: `Nats-TTL` is never copied (for a writer that does not know the destination's
+ * settings); by default it is copied and the publish decides (Entry.ttl).
+ */
+export function entryContext(link: LinkConfig, opts: { readonly keepTtl?: boolean } = {}): EntryContext {
   const region = link.from.region;
   const parts = {
     sourcePrefix: `${RelayHeaders.Source}: ${region} ${link.from.stream} `,
@@ -104,7 +114,8 @@ export function entryContext(link: LinkConfig): EntryContext {
     firstHopLines: `${RelayHeaders.Origin}: ${region}\r\n${RelayHeaders.Path}: ${region}\r\n`,
     expectLine: link.to.expectStream ? `${EXPECTED_STREAM}: ${link.to.stream}\r\n` : "",
   };
-  return { link, strip: strippedNames(link), time: new NanosFormatter(), ...parts, bytes: new HeaderBytes(parts) };
+  const strip = strippedNames(opts.keepTtl === false ? { stripHeaders: [...link.stripHeaders, TTL_HEADER] } : link);
+  return { link, strip, time: new NanosFormatter(), ...parts, bytes: new HeaderBytes(parts) };
 }
 
 /**
@@ -115,7 +126,10 @@ export function entryContext(link: LinkConfig): EntryContext {
  * is ASCII (header-bytes.ts), else built as text and encoded: the same bytes either way.
  */
 export function buildHeaders(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
-  const copied = copiedLines(msg, ctx.strip);
+  return headersWith(copiedLines(msg, ctx.strip), msg, identity, ctx);
+}
+
+function headersWith(copied: string, msg: Delivery, identity: MessageIdentity, ctx: EntryContext): HeaderBlock {
   // The rewritten headers were skipped above (they are in `strip`), so these are sets.
   const hop = isFirstHop(identity, ctx.link.from.region) ? undefined : `${RelayHeaders.Origin}: ${identity.origin}\r\n${RelayHeaders.Path}: ${identity.path.join(",")}\r\n`;
   const bytes = ctx.bytes.write(copied, identity.id, hop, msg.streamSequence, msg.timestampNanos, ctx.time);
@@ -143,13 +157,26 @@ function copiedLines(msg: Pick<Delivery, "headers">, strip: HeaderNames): string
 const isFirstHop = (identity: MessageIdentity, region: string): boolean =>
   identity.origin === region && identity.path.length === 1 && identity.path[0] === region;
 
-/** Names never copied from the source: the link's strip list, the rewritten headers, every `Nats-Expected-*`. */
-export function strippedNames(link: LinkConfig): HeaderNames {
-  return new HeaderNames([...link.stripHeaders, ...ALWAYS_STRIPPED, ...REWRITTEN_HEADERS], ALWAYS_STRIPPED_PREFIX);
+/**
+ * Names never copied from the source: the link's strip list, the rewritten headers, every
+ * `Nats-Expected-*`, and what the header policy strips always (`Nats-Batch-*`, counters, schedules).
+ */
+export function strippedNames(link: Pick<LinkConfig, "stripHeaders">): HeaderNames {
+  return new HeaderNames([...link.stripHeaders, ...ALWAYS_STRIPPED, ...policyStrippedNames(), ...REWRITTEN_HEADERS], [ALWAYS_STRIPPED_PREFIX, ...policyStrippedPrefixes()]);
 }
 
+/**
+ * Whether copied header lines hold `Nats-TTL`, as the server reads it: the exact name at the start of
+ * a line, followed by the colon (nats-server's getHeader is case-sensitive).
+ */
+export function carriesTtl(copied: string): boolean {
+  return copied !== "" && (copied.startsWith(TTL_LINE) || copied.includes(`\r\n${TTL_LINE}`));
+}
+const TTL_LINE = `${TTL_HEADER}:`;
+
 export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryContext): Entry {
-  const headers = buildHeaders(msg, identity, ctx);
+  const copied = copiedLines(msg, ctx.strip);
+  const headers = headersWith(copied, msg, identity, ctx);
   return {
     seq: msg.streamSequence,
     reply: msg.reply,
@@ -176,6 +203,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     destSeq: 0,
     receivedAt: performance.now(),
     heldBytes: msg.data.length + headers.encode().length, // encoded once: the publish reuses it
+    ttl: carriesTtl(copied),
   };
 }
 
@@ -218,6 +246,7 @@ export function toOversizedDeadLetter(entry: Entry, subject: string, linkName: s
   record.append(RelayHeaders.DeadLetterSize, String(size));
   record.append(RelayHeaders.DeadLetterDigest, `sha-256=${digest}`);
   entry.headers = record;
+  entry.ttl = false;
   entry.data = new Uint8Array(0);
   toDeadLetter(entry, subject, linkName, reason);
 }

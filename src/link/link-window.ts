@@ -128,6 +128,8 @@ export class LinkWindow {
   private elu = performance.eventLoopUtilization();
   /** The fewest messages held at a delivery since the last observation (the controller's `minHeld`). */
   private minHeld = Infinity;
+  /** The destination's 429 answers counted at the last poll (see `observe`). */
+  private pushedBackSeen = 0;
   /**
    * Slow start's round: deliveries since it began and the fewest held at any of them. The first round
    * after the cursor is placed only starts the clock (it began with nothing held).
@@ -286,7 +288,11 @@ export class LinkWindow {
     heldBytes: number;
     awaitingDestination: number;
     sourcePending: number;
+    /** 429 answers from the destination so far (cumulative): more than at the last poll shrinks the window now. */
+    pushedBack?: number;
   }): void {
+    const pushedBack = now.pushedBack !== undefined && now.pushedBack > this.pushedBackSeen;
+    if (now.pushedBack !== undefined) this.pushedBackSeen = now.pushedBack;
     this.measureRtt();
     const since = this.observedAt;
     this.observedAt = performance.now();
@@ -296,6 +302,7 @@ export class LinkWindow {
     const decision = this.controller.observe({
       busy,
       rateCapped: this.deps.rate.heldSince(since),
+      pushedBack,
       nowMs: performance.now(),
       rttMs: this.rttMs,
       delivered: this.delivered,

@@ -20,6 +20,7 @@ import { PubAckStage } from "./stages/pub-ack.js";
 import { PublishStage } from "./stages/publish.js";
 import { RetryJudge } from "./stages/retry-judge.js";
 import { PumpScheduler } from "./stages/scheduler.js";
+import { HeaderRules } from "./stages/header-rules.js";
 import { SourceAckStage } from "./stages/source-ack.js";
 import { Tally } from "./stages/tally.js";
 import type { LastError } from "./stages/tally.js";
@@ -108,9 +109,10 @@ export class Pipeline {
     const rollback = (index: number, err: RelayError) => this.publish.rollback(index, err);
     const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, sent, scheduler }));
     const judge = new RetryJudge({ link, guard, logger, owns, metrics, window, sent, health, tally, sourceAck, scheduler });
-    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, scheduler });
+    const headerRules = new HeaderRules({ link, metrics });
+    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, headerRules, scheduler });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
-    this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck });
+    this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck, headerRules });
   }
 
   /**
@@ -146,6 +148,11 @@ export class Pipeline {
   /** Messages between receive and ack. */
   get size(): number {
     return this.window.size;
+  }
+
+  /** 429 answers from the destination so far (cumulative): backpressure the pull window shrinks for. */
+  get pushedBack(): number {
+    return this.pubAck.pushedBack;
   }
 
   /** Messages sent to the destination and not acked at the source yet (publishing, published, committing). */

@@ -78,6 +78,11 @@ export interface WindowSample {
   /** The link's rate cap held deliveries since the previous observation (rate-cap.ts). */
   readonly rateCapped?: boolean;
   /**
+   * The destination answered 429 since the previous observation (its ingest queue was full): the window
+   * shrinks now, as TCP's does on a loss, without waiting for the destination to hold it.
+   */
+  readonly pushedBack?: boolean;
+  /**
    * The share of the time since the last sample the relay's event loop was busy (0-1): at BUSY or more
    * the relay is what limits, however little it holds (its CPU cannot take more; on loopback what it
    * has not read yet waits in the socket buffers, where it looks like a window on the wire).
@@ -316,6 +321,9 @@ export class WindowController {
       // The cap held deliveries back: the window brings all the cap allows, more would only wait here.
       limit = "rate cap";
       this.leaveDestination();
+    } else if (sample.pushedBack === true) {
+      limit = "destination";
+      next = this.pushedBackBy(window);
     } else if (Math.min(sample.held, sample.minHeld ?? sample.held) >= window * HELD_MOST) {
       if (sample.awaitingDestination >= sample.held * AWAITING_MOST) {
         limit = "destination";
@@ -398,6 +406,18 @@ export class WindowController {
       }
     }
     return window;
+  }
+
+  /**
+   * The destination refused publishes (429): shrink by SHRINK at once, below what the round trip needs
+   * if it must (the destination said it takes less); not undone by the completion rate.
+   */
+  private pushedBackBy(window: number): number {
+    this.destinationStreak++;
+    this.sinceShrink = 0;
+    this.shrunk = undefined;
+    this.destinationFloor = 0;
+    return Math.max(this.batchSize, Math.floor(window * SHRINK));
   }
 
   private leaveDestination(): void {

@@ -6,6 +6,7 @@ import type { Logger } from "pino";
 import type { RegionConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { sleep } from "../lifecycle/backoff.js";
+import { limitApiFields } from "./api-fields.js";
 
 export interface RegionConnectOptions {
   /** Connection name shown in the server's connz: `jetstream-relay/<relay region>/<role>`. */
@@ -89,7 +90,8 @@ export async function connectRegion(region: RegionConfig, opts: RegionConnectOpt
   for (;;) {
     try {
       const nc = await connect(options);
-      opts.logger.info({ peerRegion: region.name, server: nc.getServer() }, "connected to region");
+      limitApiFields(nc, opts.logger); // a 2.9 server gets no field of a newer one
+      opts.logger.info({ peerRegion: region.name, server: nc.getServer(), version: nc.info?.version }, "connected to region");
       return nc;
     } catch (err) {
       const classified = classifyConnectError(region, err);

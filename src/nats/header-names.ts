@@ -8,23 +8,24 @@
 export class HeaderNames {
   /** Lower-cased names by length. */
   private readonly byLength = new Map<number, string[]>();
-  private readonly prefix: string;
+  /** Lower-cased prefixes: every name starting with one matches too. */
+  private readonly prefixes: readonly string[];
 
-  /** `prefix`: every name starting with it matches too (compared case-insensitively). */
-  constructor(names: Iterable<string>, prefix = "") {
+  /** `prefix`: every name starting with it (or with one of them) matches too (compared case-insensitively). */
+  constructor(names: Iterable<string>, prefix: string | readonly string[] = "") {
     for (const name of names) {
       const lower = name.toLowerCase();
       const same = this.byLength.get(lower.length);
       if (!same) this.byLength.set(lower.length, [lower]);
       else if (!same.includes(lower)) same.push(lower);
     }
-    this.prefix = prefix.toLowerCase();
+    this.prefixes = (typeof prefix === "string" ? [prefix] : prefix).filter((p) => p !== "").map((p) => p.toLowerCase());
   }
 
   /** Whether `name` is one of the names (or starts with the prefix), case-insensitively. */
   has(name: string): boolean {
     const lower = name.toLowerCase();
-    return (this.prefix !== "" && lower.startsWith(this.prefix)) || (this.byLength.get(lower.length)?.includes(lower) ?? false);
+    return this.prefixes.some((p) => lower.startsWith(p)) || (this.byLength.get(lower.length)?.includes(lower) ?? false);
   }
 
   /** `has` for the key `text[start, end)`, spaces around it ignored. */
@@ -32,8 +33,7 @@ export class HeaderNames {
     while (start < end && text.charCodeAt(start) === 0x20) start++;
     while (end > start && text.charCodeAt(end - 1) === 0x20) end--;
     for (let i = start; i < end; i++) if (text.charCodeAt(i) > 0x7f) return this.has(text.slice(start, end));
-    const prefix = this.prefix;
-    if (prefix !== "" && end - start >= prefix.length && sameFolded(text, start, prefix)) return true;
+    for (const prefix of this.prefixes) if (end - start >= prefix.length && sameFolded(text, start, prefix)) return true;
     const names = this.byLength.get(end - start);
     if (names === undefined) return false;
     for (const name of names) if (sameFolded(text, start, name)) return true;

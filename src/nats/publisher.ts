@@ -109,17 +109,23 @@ const JsErrCode = {
   InsufficientResources: 10023,
   /** JSStreamNotMatchErr: "expected stream does not match" (a `Nats-Expected-Stream` header; the reply names the stream that would have stored it). */
   StreamNotMatch: 10060,
+  /**
+   * JSStreamTooManyRequests, code 429, "too many requests" (nats-server 2.11+, server/errors.json): the
+   * stream's ingest queue is full; the reply has the status line `NATS/1.0 429 Too Many Requests`.
+   */
+  TooManyRequests: 10167,
 } as const;
 
 /**
  * By the server's error code, never its text: a message too large is that message's problem (the
- * bad-message policy); a full destination pauses the link; a stream that is not the link's (10060, for
+ * bad-message policy); a 429 is backpressure (retried, never a refusal); a full destination pauses the link; a stream that is not the link's (10060, for
  * `to.expectStream`) halts it; other 5xx (no leader, timeouts) heal by
  * themselves; any other 4xx concerns the link as a whole, which pauses rather than dead-lettering its
  * stream one message at a time.
  */
 function classifyPubAckError(code: number, errCode: number) {
   if (errCode === JsErrCode.MessageTooLarge) return ErrorCodes.MESSAGE_TOO_LARGE;
+  if (errCode === JsErrCode.TooManyRequests || code === 429) return ErrorCodes.DESTINATION_BUSY;
   if (errCode === JsErrCode.StoreFailed || errCode === JsErrCode.InsufficientResources) return ErrorCodes.DESTINATION_FULL;
   if (errCode === JsErrCode.StreamNotMatch) return ErrorCodes.DESTINATION_MISMATCH;
   return code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
@@ -136,6 +142,9 @@ interface PubAckJson {
 export function parsePubAck(msg: Pick<Msg, "data" | "headers">, subject: string, knownStream?: string): [RelayError | null, PubAck | null] {
   if (msg.data.length === 0 && msg.headers?.code === 503) {
     return [new RelayError(ErrorCodes.PUBLISH_FAILED, `no stream answered for ${subject} (no responders)`), null];
+  }
+  if (msg.data.length === 0 && msg.headers?.code === 429) {
+    return [new RelayError(ErrorCodes.DESTINATION_BUSY, `destination busy for ${subject} (429 too many requests)`), null];
   }
   const fast = readPlainPubAck(msg.data, knownStream);
   if (fast) return [null, fast];

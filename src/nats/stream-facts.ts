@@ -21,6 +21,8 @@ export interface StreamFacts {
   readonly sourced: boolean;
   /** The stream's `max_msg_size`; 0 or less when it sets none. */
   readonly maxMsgSize?: number;
+  /** A counter stream (`allow_msg_counter`, nats-server 2.12+): it sums `Nats-Incr` publishes and refuses others. */
+  readonly counter?: boolean;
   /** From its first message's publish time to its last's (ms), with two messages or more: `messages` over it is the source's average rate. */
   readonly spanMs?: number;
 }
@@ -53,6 +55,7 @@ export function streamFacts(info: StreamInfo): StreamFact {
         (info.sources?.length ?? 0) > 0 ||
         c.mirror !== undefined ||
         (c.sources?.length ?? 0) > 0,
+      ...((c as { allow_msg_counter?: unknown }).allow_msg_counter === true ? { counter: true } : {}),
       ...(info.state.messages > 1 && Number.isFinite(spanMs) && spanMs > 0 ? { spanMs } : {}),
     },
   };

@@ -126,6 +126,24 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    headersStripped: new Counter({
+      name: "relay_headers_stripped_total",
+      help: "Source headers the header policy removed because the destination would refuse them (Nats-TTL for a stream without allow_msg_ttl, and from every dead-letter record)",
+      labelNames: ["link", "header"] as const,
+      registers,
+    }),
+    deleteMarkersDropped: new Counter({
+      name: "relay_delete_markers_dropped_total",
+      help: "Subject delete markers (Nats-Marker-Reason) acked at the source and not published, by the link's to.deleteMarkers: drop",
+      labelNames: ["link"] as const,
+      registers,
+    }),
+    publishBackpressure: new Counter({
+      name: "relay_publish_backpressure_total",
+      help: "Publishes the destination answered with 429 (JSStreamTooManyRequests, err_code 10167: its ingest queue is full): retried after a backoff, the pull window shrinks; never dropped",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     staleRetries: new Counter({
       name: "relay_stale_retries_total",
       help: "Retried publishes dropped as stale versions when judged again (a newer version of the entity was sent to the destination or committed in the guard after the first attempt failed); also counted as stale_version corrections",

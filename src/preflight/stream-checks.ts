@@ -94,6 +94,13 @@ export function checkRetention(link: LinkConfig, dest: StreamFact): CheckResult 
   const name = "destination retention";
   if (dest.kind !== "found") return skipped(name, "the destination stream was not read");
   const r = dest.stream.retention;
+  if (dest.stream.counter === true)
+    return {
+      name,
+      level: "error",
+      detail: `${link.to.stream} is a counter stream (allow_msg_counter, nats-server 2.12+): it refuses every publish without Nats-Incr and sums what it takes, so it cannot hold a copy; the link fails with DESTINATION_UNSUPPORTED`,
+      fix: `aggregate counters across regions with server sourcing (the counter stream's sources), or point links[${link.name}].to.stream at a stream without allow_msg_counter`,
+    };
   if (r === "limits")
     return {
       name,

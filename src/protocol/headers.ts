@@ -35,14 +35,17 @@ export const RelayHeaders = {
 /** Set by the relay itself only with `to.expectStream` (then stored with every message). */
 export const EXPECTED_STREAM = "Nats-Expected-Stream";
 
-/** Headers JetStream would act on in the destination: stripped by default (config adds more). */
+/**
+ * Headers JetStream would act on in the destination: stripped by default (config adds more). The
+ * headers of newer servers (`Nats-TTL`, `Nats-Batch-*`, counters, schedules, delete markers) follow the
+ * header policy (header-policy.ts); a link that lists `Nats-TTL` in `stripHeaders` strips it always.
+ */
 export const DEFAULT_STRIP_HEADERS: readonly string[] = [
   "Nats-Expected-Stream",
   "Nats-Expected-Last-Msg-Id",
   "Nats-Expected-Last-Sequence",
   "Nats-Expected-Last-Subject-Sequence",
   "Nats-Rollup",
-  "Nats-TTL",
   "Nats-Stream-Source",
 ];
 

@@ -3,11 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check, uniqueName } from "./check.js";
 import { freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
+import { natsServerBin } from "./nats-version.js";
 import { LocalNatsNode } from "./local-nats.js";
 import { LocalRedisNode } from "./local-redis.js";
 import type { NatsCluster, NatsOptions, RedisOptions, ServerBackend } from "./types.js";
 
-/** Real nats-server / redis-server processes from PATH, each in its own temp dir. */
+/** Real nats-server (NATS_SERVER_BIN, else from PATH) / redis-server processes, each in its own temp dir. */
 export class LocalBackend implements ServerBackend {
   readonly name = "local" as const;
   private readonly nats: LocalNatsNode[] = [];
@@ -17,7 +18,7 @@ export class LocalBackend implements ServerBackend {
   private redisBin: string | undefined;
 
   async startNats(opts: NatsOptions = {}): Promise<LocalNatsNode> {
-    this.natsBin ??= requireBinary("nats-server", "nats-server");
+    this.natsBin ??= natsServerBin(); // NATS_SERVER_BIN, else nats-server from PATH
     const name = opts.name ?? uniqueName("nats");
     const node = new LocalNatsNode({ bin: this.natsBin, name, dir: await this.tempDir(), opts });
     this.nats.push(node); // tracked before start so cleanup() covers a failed start too
@@ -32,7 +33,7 @@ export class LocalBackend implements ServerBackend {
   async startNatsCluster(
     opts: { size?: number; name?: string; domain?: string; node?: (index: number) => NatsOptions } = {},
   ): Promise<LocalCluster> {
-    this.natsBin ??= requireBinary("nats-server", "nats-server");
+    this.natsBin ??= natsServerBin(); // NATS_SERVER_BIN, else nats-server from PATH
     const size = opts.size ?? 3;
     const name = opts.name ?? uniqueName("C");
     const routePorts = await distinctFreePorts(size);

@@ -1,5 +1,5 @@
 import { readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { check } from "./check.js";
 import { LocalProcess } from "./local-process.js";
 import { renderNatsConfig } from "./nats-config.js";
@@ -145,7 +145,8 @@ export class LocalNatsNode implements NatsNode {
   }
 
   private async learnPorts(proc: LocalProcess, signal: AbortSignal, timeoutMs: number): Promise<void> {
-    const portsFile = join(this.init.dir, `nats-server_${proc.pid ?? "?"}.ports`);
+    // nats-server names it after its own executable (filepath.Base(os.Args[0])): NATS_SERVER_BIN may be named otherwise.
+    const portsFile = join(this.init.dir, `${basename(this.init.bin)}_${proc.pid ?? "?"}.ports`);
     const ports = await check(
       async () => {
         const parsed = JSON.parse(await readFile(portsFile, "utf8")) as PortsFile;

@@ -1,12 +1,14 @@
 import { ContainersBackend } from "./containers-backend.js";
 import { LocalBackend } from "./local-backend.js";
 import { existsSync } from "node:fs";
-import { findBinary, requireBinary } from "./local-process.js";
+import { findBinary } from "./local-process.js";
+import { natsServerBin } from "./nats-version.js";
 import type { ServerBackend } from "./types.js";
 
 /**
  * The backend tests should use, picked by environment:
- * - RELAY_TEST_BACKEND=local or =containers decides;
+ * - RELAY_TEST_BACKEND=local or =containers decides; NATS_SERVER_BIN=/path/to/nats-server runs that
+ *   binary (local processes);
  * - otherwise local processes when nats-server is installed (this project's CI and dev machines have
  *   nats-server/redis-server but no Docker engine), else Testcontainers when a Docker engine is
  *   reachable (DOCKER_HOST, or the default socket);
@@ -15,8 +17,8 @@ import type { ServerBackend } from "./types.js";
 export function createBackend(env: NodeJS.ProcessEnv = process.env): ServerBackend {
   const chosen = env.RELAY_TEST_BACKEND;
   if (chosen === "containers") return new ContainersBackend();
-  if (chosen === "local" || findBinary("nats-server") || !dockerEngineLikely(env)) {
-    requireBinary("nats-server", "nats-server");
+  if (chosen === "local" || env.NATS_SERVER_BIN || findBinary("nats-server") || !dockerEngineLikely(env)) {
+    natsServerBin(env); // NATS_SERVER_BIN (an executable), else nats-server from PATH: fails fast with the fix
     return new LocalBackend();
   }
   return new ContainersBackend();

@@ -52,6 +52,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
   const abort = new AbortController();
   let reads = 0;
   let polls = 0;
+  const observed: { pushedBack?: number }[] = [];
   const loop = { delivered: 30, pulled: true, stopPulling: () => {} };
   const p = new BacklogPoll({
     config,
@@ -67,8 +68,8 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
       },
     },
     destinationCheck: { known: true, recheck: () => Promise.resolve() },
-    pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {} },
-    window: { holding: () => {}, observe: () => {}, throttled: false },
+    pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {}, pushedBack: 7 },
+    window: { holding: () => {}, observe: (o: { pushedBack?: number }) => void observed.push(o), throttled: false },
     inspector,
     health: { has: () => false, clear: () => {}, trouble: () => {}, refresh: () => {}, nothingButStalled: () => true },
     stallWatch: { observe: () => {}, stalled: undefined },
@@ -87,6 +88,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
   return {
     halted,
     metrics,
+    observed,
     reads: () => reads,
     polls: () => polls,
     deliver: () => void loop.delivered++,
@@ -144,4 +146,14 @@ test("idle links start their quiet at phases spread by name: a fifth of a thousa
   for (let i = 0; i < 1_000; i++) perPhase[phaseOf(`a-to-b-${i}`)]!++;
   for (const n of perPhase) assert.ok(n >= 150 && n <= 250, `links per phase: ${perPhase.join(", ")}`);
   assert.equal(phaseOf("a-to-b"), phaseOf("a-to-b"), "the same in every run");
+});
+
+test("the owner's poll hands the window the destination's 429 count (it shrinks the window on new ones)", async () => {
+  const owner = poll({ standby: false, leaseValid: true });
+  try {
+    await check(() => owner.observed.length > 0, { name: "the window observed a poll", timeoutMs: 5_000 });
+    assert.equal(owner.observed[0]?.pushedBack, 7);
+  } finally {
+    owner.stop();
+  }
 });

@@ -261,3 +261,19 @@ test("link window: a consumer that is gone is not updated again: the placement t
   w.window.placed({});
   assert.equal(w.window.status().messages, w.window.maxAckPending, "placed: the cursor carries the window");
 });
+
+test("link window: the destination's 429 answers shrink the window at the next poll; a count that starts again (a new pipeline) still counts", async () => {
+  const w = windowOf();
+  const poll = async (pushedBack: number) => {
+    await new Promise((resolve) => setTimeout(resolve, 2)); // the controller needs time to have passed between polls
+    w.deliver(100, 10);
+    w.window.observe({ held: 10, heldBytes: 5_120, awaitingDestination: 0, sourcePending: 100_000, pushedBack });
+  };
+  await poll(0); // the first observation only sets the baseline
+  assert.equal(w.window.maxAckPending, 1000);
+  await poll(3);
+  assert.equal(w.window.maxAckPending, 750, "three 429s since the last poll: shrunk by a quarter");
+  assert.equal(await w.gauge("relay_window_limit", { link: "a-to-b", limit: "destination" }), 1);
+  await poll(1);
+  assert.equal(w.window.maxAckPending, 562, "a new pipeline's count (1 after 3) is a new 429");
+});

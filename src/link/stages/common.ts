@@ -30,6 +30,8 @@ export interface DestinationFacts {
   readonly maxMessageBytes: number;
   /** The stream's duplicate window (ms): broker dedup forgets an id this long after storing it. */
   readonly duplicateWindowMs: number;
+  /** The stream allows per-message TTLs (`allow_msg_ttl`, nats-server 2.11+): a copied `Nats-TTL` is kept. */
+  readonly allowMsgTtl?: boolean;
 }
 
 /** Reads the link's `Relay-Source` markers in the destination (see destination-markers.ts). */

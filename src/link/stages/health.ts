@@ -35,8 +35,18 @@ export class Health {
     return this.blockedGuardUntil;
   }
 
-  /** A publish failed and `rolled` messages were rolled back: publishing waits a backoff. */
+  /**
+   * A publish failed and `rolled` messages were rolled back: publishing waits a backoff. A 429
+   * (DESTINATION_BUSY) is backpressure: the same backoff, but no error and no trouble (the link stays
+   * live; `relay_publish_backpressure_total` counts it).
+   */
   publishFailed(err: RelayError, rolled: number): void {
+    if (err.code === ErrorCodes.DESTINATION_BUSY) {
+      this.blockedPublishUntil = Date.now() + this.publishBackoff.next();
+      this.needs.scheduler.scheduleAt(this.blockedPublishUntil);
+      this.needs.logger.debug({ rolledBack: rolled, until: this.blockedPublishUntil }, "destination busy (429): publishing again after a backoff");
+      return;
+    }
     this.needs.tally.recordError(err);
     this.troubled = true;
     this.blockedPublishUntil = Date.now() + this.publishBackoff.next();

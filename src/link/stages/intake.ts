@@ -1,6 +1,7 @@
 /**
  * The first stage: a delivery's identity and screening. A redelivery of a message already finished is
- * acked again; a loop or a redundant route is acked and counted, never published; a message without a
+ * acked again; a loop or a redundant route, or a subject delete marker the link drops
+ * (`to.deleteMarkers: drop`), is acked and counted, never published; a message without a
  * usable identity goes to the bad-message policy; every other message becomes an entry for the claim.
  */
 import type { Logger } from "pino";
@@ -14,6 +15,7 @@ import type { Entry, EntryContext } from "../entry.js";
 import { entryContext, newEntry } from "../entry.js";
 import { identify, route } from "../identity.js";
 import type { DeadLetters } from "./dead-letter.js";
+import type { HeaderRules } from "./header-rules.js";
 import type { SourceAckStage } from "./source-ack.js";
 import type { Tally } from "./tally.js";
 
@@ -26,6 +28,8 @@ export interface IntakeNeeds {
   readonly tally: Pick<Tally, "count" | "correct" | "debugOn" | "debug">;
   readonly deadLetters: Pick<DeadLetters, "badMessage">;
   readonly sourceAck: Pick<SourceAckStage, "ack">;
+  /** Subject delete markers a link drops (`to.deleteMarkers`). */
+  readonly headerRules: Pick<HeaderRules, "dropsMarker" | "dropped" | "reset">;
 }
 
 export class Intake {
@@ -58,7 +62,10 @@ export class Intake {
    */
   setIncarnation(createdMs: number | undefined): boolean {
     const changed = createdMs !== this.incarnation;
-    if (changed) this.highestLoopCounted = 0;
+    if (changed) {
+      this.highestLoopCounted = 0;
+      this.needs.headerRules.reset();
+    }
     this.incarnation = createdMs;
     return changed;
   }
@@ -72,6 +79,13 @@ export class Intake {
     const { link, tally } = this.needs;
     const seq = msg.streamSequence;
     if (snapshot === undefined && this.redeliveredAfterDone(msg)) return undefined;
+    if (this.needs.headerRules.dropsMarker(msg)) {
+      // A subject delete marker the link drops: acked, counted, never published (nor claimed).
+      if (!this.needs.owns()) return undefined; // fenced: the next owner acks it
+      this.needs.sourceAck.ack(seq, msg.reply, msg.consumerSequence);
+      this.needs.headerRules.dropped(seq);
+      return undefined;
+    }
     const result = identify({ subject: msg.subject, headers: msg.headers, streamSequence: seq }, link, this.incarnation);
     if (!result.ok) {
       return this.needs.deadLetters.badMessage(newEntry(msg, { id: result.id, origin: link.from.region, path: [] }, this.entryContext), result.reason);

@@ -4,7 +4,8 @@
  * destination is held (then it is parked until the link has read it again) or the store went backwards
  * (a recreated stream: hold). A PubAck from another stream, or a 10060 refusal, halts the link (a
  * stray: nothing from it on is acked). A message refused as too large goes to the bad-message policy;
- * any other failure rolls publishing back to it.
+ * a 429 (the destination's ingest queue is full) is backpressure: counted, and rolled back like any
+ * other failure, which publishes it again after a backoff (health.ts) while the pull window shrinks.
  */
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
@@ -25,7 +26,7 @@ import type { EntryWindow } from "./window.js";
 export interface PubAckNeeds {
   readonly link: LinkConfig;
   readonly logger: Logger;
-  readonly metrics: Pick<RelayMetrics, "reordered">;
+  readonly metrics: Pick<RelayMetrics, "reordered" | "publishBackpressure">;
   readonly events: Pick<PipelineEvents, "destinationRestarted">;
   readonly window: Pick<EntryWindow, "publishPos" | "indexOf">;
   readonly state: Pick<PathState, "destination" | "held" | "halt">;
@@ -50,9 +51,16 @@ export class PubAckStage {
   private strayFrom: number | undefined;
   /** The highest source seq this pipeline saw stored in the destination (its own history, acked or not). */
   private highestStored = 0;
+  /** 429 answers so far (cumulative): the pull window shrinks when it grew since its last look. */
+  private busyAnswers = 0;
 
   constructor(private readonly needs: PubAckNeeds) {
     this.label = { link: needs.link.name };
+  }
+
+  /** 429 answers from the destination so far (cumulative). */
+  get pushedBack(): number {
+    return this.busyAnswers;
   }
 
   /** The highest source seq this pipeline saw stored in the destination, whether acked yet or not. */
@@ -91,6 +99,11 @@ export class PubAckStage {
       const stream = state.destination?.stream ?? link.to.stream;
       this.stray(entry, new RelayError(ErrorCodes.DESTINATION_MISMATCH, `link ${link.name}: message ${entry.identity.id} (source seq ${entry.seq}) refused: ${err.message}; the subject is no longer bound to ${stream}: bind it again or change the link`));
       return;
+    }
+    if (err?.code === ErrorCodes.DESTINATION_BUSY) {
+      // Backpressure: every refused publish counts; the retry is the rollback below (once per burst).
+      this.busyAnswers++;
+      this.needs.metrics.publishBackpressure.inc(this.label);
     }
     if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
     const index = window.indexOf(entry);

@@ -15,6 +15,7 @@ import type { Entry } from "../entry.js";
 import { wireSize } from "../entry.js";
 import type { DestinationFacts, DestinationMarkers, PathState, Scheduler } from "./common.js";
 import type { DeadLetters } from "./dead-letter.js";
+import type { HeaderRules } from "./header-rules.js";
 import type { Health } from "./health.js";
 import type { PubAckStage } from "./pub-ack.js";
 import type { RetryJudge } from "./retry-judge.js";
@@ -35,6 +36,8 @@ export interface PublishNeeds {
   /** A retry of a versioned message is judged again before it goes (retry-judge.ts). */
   readonly judge: Pick<RetryJudge, "applies" | "judge">;
   readonly sent: Pick<SentVersions, "sent">;
+  /** The header policy's last word before a publish (`Nats-TTL` only to a stream that allows it). */
+  readonly headerRules: Pick<HeaderRules, "beforePublish">;
   readonly scheduler: Scheduler;
 }
 
@@ -80,6 +83,7 @@ export class PublishStage {
         state.halt(entry.haltWith);
         return;
       }
+      this.needs.headerRules.beforePublish(entry, dest);
       if (entry.data.length > 0 && wireSize(entry) > dest.maxMessageBytes) {
         this.needs.deadLetters.oversized(entry, dest);
         continue; // now a dead-letter record (or the link halted): looked at again
