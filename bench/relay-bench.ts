@@ -27,12 +27,8 @@ import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { idleLinkRows } from "./idle-links.js";
 import { topologyRows } from "./topology.js";
-<<<<<<< HEAD
 import { auditCostRows } from "./audit-cost.js";
-import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
-=======
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, serverLabel, timeUntilFull, writeBenchConfig } from "./common.js";
->>>>>>> fix/idle-hdr
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
