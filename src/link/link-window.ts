@@ -288,10 +288,14 @@ export class LinkWindow {
     heldBytes: number;
     awaitingDestination: number;
     sourcePending: number;
-    /** 429 answers from the destination so far (cumulative): more than at the last poll shrinks the window now. */
+    /**
+     * 429 answers from the destination so far (cumulative): more than at the last poll shrinks the window
+     * now; fewer means the count started again (a new pipeline), and any of it is new.
+     */
     pushedBack?: number;
   }): void {
-    const pushedBack = now.pushedBack !== undefined && now.pushedBack > this.pushedBackSeen;
+    const n = now.pushedBack;
+    const pushedBack = n !== undefined && (n > this.pushedBackSeen || (n < this.pushedBackSeen && n > 0));
     if (now.pushedBack !== undefined) this.pushedBackSeen = now.pushedBack;
     this.measureRtt();
     const since = this.observedAt;
