@@ -32,6 +32,7 @@ export const METRIC_AREAS: readonly {
       "relay_publish_duration_seconds",
       "relay_source_acks_total",
       "relay_reordered_total",
+      "relay_order_rejections_total",
       "relay_id_collisions_total",
       "relay_gap_messages_total",
       "relay_resyncs_total",

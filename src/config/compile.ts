@@ -168,6 +168,7 @@ function compileLink(l: ParsedLink): LinkConfig {
       stream: l.to.stream,
       transform,
       ...((l.to.expectStream ?? DEFAULTS.expectStream) ? { expectStream: true as const } : {}),
+      ...((l.to.order ?? DEFAULTS.order) === "strict" ? { order: "strict" as const } : {}),
     },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),

@@ -46,6 +46,8 @@ export const DEFAULTS = Object.freeze({
   maxHops: 8,
   /** to.expectStream */
   expectStream: false,
+  /** to.order */
+  order: "default" as const,
   onGap: "continue",
   idTtlMs: 3_600_000,
   /** guard.versions.expectedEntities: what a scope's version hashes are sized for (src/guard/layout.ts). */

@@ -88,6 +88,12 @@ export interface LinkConfig {
      * other stream (err_code 10060). Off by default: the header is stored with every message.
      */
     readonly expectStream?: true;
+    /**
+     * Publishes chained by `Nats-Expected-Last-Sequence`: the destination never stores one after a
+     * later one. Only for the destination stream's only writer. Off by default: the header is stored
+     * with every message.
+     */
+    readonly order?: "strict";
   };
   /** Messages per pull request. */
   readonly batchSize: number;

@@ -109,6 +109,8 @@ const JsErrCode = {
   InsufficientResources: 10023,
   /** JSStreamNotMatchErr: "expected stream does not match" (a `Nats-Expected-Stream` header; the reply names the stream that would have stored it). */
   StreamNotMatch: 10060,
+  /** JSStreamWrongLastSequenceErrF: "wrong last sequence: <seq>" (a `Nats-Expected-Last-Sequence` header, `to.order: strict`). */
+  WrongLastSequence: 10071,
 } as const;
 
 /**
@@ -122,6 +124,7 @@ function classifyPubAckError(code: number, errCode: number) {
   if (errCode === JsErrCode.MessageTooLarge) return ErrorCodes.MESSAGE_TOO_LARGE;
   if (errCode === JsErrCode.StoreFailed || errCode === JsErrCode.InsufficientResources) return ErrorCodes.DESTINATION_FULL;
   if (errCode === JsErrCode.StreamNotMatch) return ErrorCodes.DESTINATION_MISMATCH;
+  if (errCode === JsErrCode.WrongLastSequence) return ErrorCodes.ORDER_REJECTED;
   return code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
 }
 
