@@ -15,7 +15,8 @@ import { destinationPatterns, sourcePatterns } from "./binding.js";
 /**
  * Why `link` may not be its destination stream's only writer (empty: nothing says so). `dest`: the
  * destination stream as read; `source`: the source stream (its subjects, when the link has no filter);
- * `links`: every link the relay runs (partitions included).
+ * `links`: every link the relay runs (partitions included). A source not read yet leaves the subjects
+ * unjudged.
  */
 export function otherWriters(link: LinkConfig, source: StreamFact, dest: StreamFact, links: readonly LinkConfig[]): string[] {
   if (dest.kind !== "found") return [];
@@ -29,7 +30,8 @@ export function otherWriters(link: LinkConfig, source: StreamFact, dest: StreamF
   if (link.partition !== undefined) reasons.push(`the link is partitioned: its ${link.partition.count} partitions write it at once`);
   const from = sourcePatterns(link, source);
   if (from === undefined) {
-    reasons.push("the subjects the link publishes are not known (no from.filter, and the source stream names no subjects), so other publishers cannot be ruled out");
+    // Not read yet (a poll before the link's first pass): judged when it is, before anything is published.
+    if (source.kind === "found") reasons.push("the subjects the link publishes are not known (no from.filter, and the source stream names no subjects), so other publishers cannot be ruled out");
   } else {
     const own = destinationPatterns(link, from);
     const beyond = stream.subjects.filter((s) => !isCoveredBy(s, own));

@@ -60,6 +60,7 @@ export class StrictOrder {
   /** Publishes of the chain not answered yet (a PubAck, an error or a timeout each). */
   private inFlight = 0;
   private reading = false;
+  /** Refusals since the chain was last read: the first of a run is logged, the rest follow from it. */
   private rejectedThisEpoch = 0;
   private readonly backoff = new Backoff(100, 5_000);
   private retryAt = 0;
@@ -105,12 +106,11 @@ export class StrictOrder {
     this.forgottenAt = this.next;
     this.next = undefined;
     this.epoch++;
-    this.rejectedThisEpoch = 0;
   }
 
   private rejected(entry: Entry, link: ChainLink, err: RelayError): void {
     this.needs.metrics.orderRejections.inc(this.label);
-    if (this.rejectedThisEpoch++ > 0) return; // the first of a run says it; the rest follow from it
+    if (this.rejectedThisEpoch++ > 0) return;
     const actual = /wrong last sequence: (\d+)/.exec(err.message)?.[1];
     const detail = { id: entry.identity.id, seq: entry.seq, expectedLastSeq: link.expected, ...(actual === undefined ? {} : { destinationLastSeq: Number(actual) }) };
     if (!this.needs.owns()) {
@@ -134,6 +134,7 @@ export class StrictOrder {
       .then((next) => {
         if (epoch !== this.epoch) return; // forgotten again meanwhile: read again
         this.backoff.reset();
+        this.rejectedThisEpoch = 0;
         this.next = next;
       })
       .catch((err: unknown) => {
