@@ -21,12 +21,12 @@ export interface EncodedHeaders {
 }
 
 /** `headers` with `Nats-Expected-Last-Sequence: <lastSeq>` added, as the client's publish takes them. */
-export function withExpectedLastSeq(headers: EncodedHeaders, lastSeq: number): MsgHdrs {
+export function withExpectedLastSeq(headers: EncodedHeaders, lastSeq: number): MsgHdrs & EncodedHeaders {
   const block = headers.encode();
   const line = Buffer.from(`${EXPECTED_LAST_SEQ}: ${lastSeq}\r\n\r\n`, "latin1");
   const bytes = Buffer.allocUnsafe(block.length - CRLF_LENGTH + line.length);
   bytes.set(block.subarray(0, block.length - CRLF_LENGTH), 0);
   bytes.set(line, block.length - CRLF_LENGTH);
   // The client only calls encode() on the headers it publishes (see HeaderBlock.asMsgHdrs).
-  return { encode: () => bytes } as unknown as MsgHdrs;
+  return { encode: () => bytes } as unknown as MsgHdrs & EncodedHeaders;
 }
