@@ -150,6 +150,7 @@ void describe("docs drift", () => {
     // What compileConfig made of each key the file left out (undefined: not applied by compileConfig).
     const compiled: Record<string, unknown> = {
       "links[].to.expectStream": link.to.expectStream ?? false,
+      "links[].to.order": link.to.order ?? "default",
       "links[].batchSize": link.batchSize,
       "links[].inFlightBytes": link.inFlightBytes,
       "links[].ackWait": link.ackWaitMs,
