@@ -112,13 +112,15 @@ export class PublishStage {
       this.needs.sent.sent(entry);
       const attempt = ++entry.attempt;
       entry.publishStartedAt = startedAt;
+      // Strict order: a link of the chain (a dead-letter record goes to a stream of its own, sole-writer.ts).
+      const link = order && entry.deadLetterReason === undefined ? order.chain(entry.headers) : undefined;
       if (entry.firstAttemptMs === 0) {
         entry.firstAttemptMs = wallNow;
-        entry.destFloor = ledger.lastDestSeq;
+        // Strict order: this and every later attempt can only be stored above where the chain was read
+        // (a tighter floor than the link's own highest sequence, 0 in a fresh process: a look reads less).
+        entry.destFloor = Math.max(ledger.lastDestSeq, link?.base ?? 0);
       }
-      if (order && entry.deadLetterReason === undefined) {
-        // A dead-letter record goes to a stream of its own (sole-writer.ts): not a link of the chain.
-        const link = order.chain(entry.headers);
+      if (order && link) {
         publisher.publish(entry.subject, entry.data, link.headers, (err, ack) => {
           order.answered(entry, link, err, ack);
           this.needs.pubAck.onPubAck(entry, attempt, err, ack);

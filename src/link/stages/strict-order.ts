@@ -47,12 +47,19 @@ export interface ChainLink {
   readonly headers: MsgHdrs;
   readonly expected: number;
   readonly epoch: number;
+  /**
+   * Where the chain was read from the destination: no attempt of this message, in this chain or a
+   * later one (read later, from a stream that only grows), is stored at or below it.
+   */
+  readonly base: number;
 }
 
 export class StrictOrder {
   private readonly label: { link: string };
   /** The last sequence the next publish expects; undefined while the chain is not known. */
   private next: number | undefined;
+  /** The last sequence the chain was read at. */
+  private base = 0;
   /** Bumped when the chain is forgotten: answers to an older chain do not judge the new one. */
   private epoch = 0;
   /** Where the forgotten chain would have left the stream, had all of it been stored (another writer went past it). */
@@ -84,7 +91,7 @@ export class StrictOrder {
     const expected = this.next as number;
     this.next = expected + 1;
     this.inFlight++;
-    return { headers: withExpectedLastSeq(headers, expected), expected, epoch: this.epoch };
+    return { headers: withExpectedLastSeq(headers, expected), expected, epoch: this.epoch, base: this.base };
   }
 
   /** The answer to a publish of the chain, before the PubAck stage sees it. */
@@ -111,12 +118,15 @@ export class StrictOrder {
   private rejected(entry: Entry, link: ChainLink, err: RelayError): void {
     this.needs.metrics.orderRejections.inc(this.label);
     if (this.rejectedThisEpoch++ > 0) return;
-    const actual = /wrong last sequence: (\d+)/.exec(err.message)?.[1];
-    const detail = { id: entry.identity.id, seq: entry.seq, expectedLastSeq: link.expected, ...(actual === undefined ? {} : { destinationLastSeq: Number(actual) }) };
+    const text = /wrong last sequence: (\d+)/.exec(err.message)?.[1];
+    const actual = text === undefined ? undefined : Number(text);
+    const detail = { id: entry.identity.id, seq: entry.seq, expectedLastSeq: link.expected, ...(actual === undefined ? {} : { destinationLastSeq: actual }) };
     if (!this.needs.owns()) {
       this.needs.logger.warn(detail, "strict order: the destination refused this relay's publish for its expected last sequence while this relay no longer owns the link: fenced by the server (another owner moved the stream on); nothing of it was stored");
+    } else if (actual !== undefined && actual > link.expected) {
+      this.needs.logger.warn(detail, "strict order: the destination refused a publish for its expected last sequence and is ahead of the chain (another writer stored messages, or an earlier attempt's copy was stored): nothing was stored out of order; rolling back and resuming from the destination's last sequence");
     } else {
-      this.needs.logger.warn(detail, "strict order: the destination refused a publish for its expected last sequence (an earlier publish was not stored, or another writer moved the stream on): nothing was stored out of order; rolling back and resuming from the destination's last sequence");
+      this.needs.logger.warn(detail, "strict order: the destination refused a publish for its expected last sequence (an earlier publish of the chain was not stored): nothing was stored out of order; rolling back and resuming from the destination's last sequence");
     }
   }
 
@@ -135,6 +145,7 @@ export class StrictOrder {
         if (epoch !== this.epoch) return; // forgotten again meanwhile: read again
         this.backoff.reset();
         this.rejectedThisEpoch = 0;
+        this.base = next;
         this.next = next;
       })
       .catch((err: unknown) => {
