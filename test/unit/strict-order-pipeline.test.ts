@@ -64,7 +64,7 @@ class Stream {
 }
 
 /** Every publish reaches `stream`, except the first attempt of `lost`: timed out, and with `late` stored after that. */
-function destination(stream: Stream, lost: string, late: boolean) {
+function destination(stream: Stream, lost: string, late: boolean, before?: (stream: Stream) => void) {
   const seen = new Set<string>();
   const publisher = {
     inFlight: 0,
@@ -82,6 +82,7 @@ function destination(stream: Stream, lost: string, late: boolean) {
       }
       seen.add(id);
       setImmediate(() => {
+        before?.(stream);
         const { ack, err } = stream.apply(id, expected);
         cb(err ?? null, ack ?? null);
       });
@@ -104,7 +105,7 @@ function delivery(seq: number): Delivery {
   };
 }
 
-async function run(late: boolean) {
+async function run(late: boolean, opts: { owns?: () => boolean; logger?: pino.Logger; before?: (stream: Stream) => void; count?: number } = {}) {
   const link = config.links[0];
   assert.ok(link);
   const stream = new Stream();
@@ -117,7 +118,7 @@ async function run(late: boolean) {
     guard: new NoneGuard(),
     acks,
     metrics,
-    logger: pino({ level: "silent" }),
+    logger: opts.logger ?? pino({ level: "silent" }),
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
     markers: {
       findStored: (from, wanted) => {
@@ -131,12 +132,13 @@ async function run(late: boolean) {
       storedAt: () => Promise.resolve(undefined),
       lastSeq: () => Promise.resolve(stream.ids.length),
     },
-    owns: () => true,
+    owns: opts.owns ?? (() => true),
   });
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 120_000 });
-  pipeline.setPublisher(destination(stream, "m4", late));
-  const count = 20;
+  pipeline.setPublisher(destination(stream, "m4", late, opts.before));
+  const count = opts.count ?? 20;
   for (let seq = 1; seq <= count; seq++) pipeline.push(delivery(seq));
+  if (opts.owns) return { stream, rejections: 0, expected: [] };
   await check(() => acked.length === count, { name: `${count} acked`, timeoutMs: 10_000 });
   const rejections = (await metrics.orderRejections.get()).values[0]?.value ?? 0;
   return { stream, rejections, expected: Array.from({ length: count }, (_, i) => `m${i + 1}`) };
@@ -152,4 +154,27 @@ test("strict order: the lost publish is late, stored after it timed out: found b
   const { stream, rejections, expected } = await run(true);
   assert.deepEqual(stream.ids, expected);
   assert.ok(rejections >= 16, `${rejections}`);
+});
+
+test("strict order: an ex-owner's publishes, after another owner moved the stream on, are refused by the server and it says it was fenced", async () => {
+  const lines: string[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => lines.push(line) });
+  let owns = true;
+  let moved = false;
+  await run(false, {
+    count: 3,
+    logger,
+    owns: () => owns,
+    // The lease lapses with the window on its way, and the new owner stores a message first.
+    before: (stream) => {
+      if (moved) return;
+      moved = true;
+      owns = false;
+      stream.apply("new-owner-1", undefined);
+    },
+  });
+  await check(() => lines.some((l) => l.includes("fenced by the server")), { name: "the fenced line", timeoutMs: 5_000 });
+  const fenced = JSON.parse(lines.find((l) => l.includes("fenced by the server")) ?? "{}") as Record<string, unknown>;
+  assert.equal(fenced["expectedLastSeq"], 0);
+  assert.equal(fenced["destinationLastSeq"], 1);
 });
