@@ -53,7 +53,8 @@ export function scriptInnerCommands(stats: ReadonlyMap<string, CommandStat>): [s
  * The benches' relay config: regions a and b, one link `bench` from a/SRC to b/DST with the default
  * link settings, plus `linkExtra` (indented link keys) and `topExtra` (top-level keys). Returns its path.
  */
-export function writeBenchConfig(aUrl: string, bUrl: string, linkExtra = "", topExtra = ""): Promise<string> {
+/** `toExtra`: more fields of the link's `to` (", order: strict"). */
+export function writeBenchConfig(aUrl: string, bUrl: string, linkExtra = "", topExtra = "", toExtra = ""): Promise<string> {
   return writeConfig(`
 regions:
   a: { servers: ["${aUrl}"] }
@@ -61,7 +62,7 @@ regions:
 links:
   - name: bench
     from: { region: a, stream: SRC }
-    to: { region: b, stream: DST }
+    to: { region: b, stream: DST${toExtra} }
 ${linkExtra}
 ${topExtra}
 `);

@@ -6,6 +6,7 @@
  *   relay, broker dedup only                                           = msgs/s and peak RSS
  *   relay with the Redis guard                                         = msgs/s and peak RSS
  *   relay with an ack per message (sourceAcks: each)                   = msgs/s and peak RSS
+ *   relay with to.order: strict (Nats-Expected-Last-Sequence chain)    = msgs/s, and its ratio to the default
  * and, for context, what the NATS client alone does on this machine in one process:
  *   consume + ack each message (no publishing)                         = the source side's ceiling
  *   one process doing both sides: 1 / (1/consume + 1/publish)          = the client's bound for a relay
@@ -15,7 +16,7 @@
  * BENCH_MESSAGES overrides the count (e.g. 20000 for a quick look).
  * Then the topology users run (bench/topology.ts): both regions 3-node clusters with R3 streams, on
  * loopback (r3) and with a WAN of BENCH_WAN_ONE_WAY_MS × 2 round trip injected by a delay proxy on every
- * cross-region connection (r3-wan), and the replication lag at BENCH_LAG_RATE msgs/s over that WAN (lag).
+ * cross-region connection (r3-wan, with a strict-order row and its ratio to the default relay), and the replication lag at BENCH_LAG_RATE msgs/s over that WAN (lag).
  * Then what a relay costs per link it holds (bench/idle-links.ts): 100 and 1,000 idle links (links).
  * BENCH_ONLY=loopback,r3,r3-wan,lag,audit,links selects row groups (all by default).
  */
@@ -26,7 +27,7 @@ import { connect } from "@nats-io/transport-node";
 import { LocalBackend } from "../test/helpers/local-backend.js";
 import { RelayProcess } from "../test/helpers/relays.js";
 import { idleLinkRows } from "./idle-links.js";
-import { topologyRows } from "./topology.js";
+import { printStrictRatio, topologyRows } from "./topology.js";
 import { auditCostRows } from "./audit-cost.js";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, serverLabel, timeUntilFull, writeBenchConfig } from "./common.js";
 
@@ -138,7 +139,7 @@ async function repeated(variants: [string, () => Promise<Result>][]): Promise<Re
 
 let relayRuns = 0;
 
-async function relay(servers: LocalBackend, name: string, guardYaml: string, redisPid?: number): Promise<Result> {
+async function relay(servers: LocalBackend, name: string, guardYaml: string, redisPid?: number, toExtra = ""): Promise<Result> {
   const [a, b] = await Promise.all([servers.startNats(), servers.startNats()]);
   const nca = await connect({ servers: a.url });
   const ncb = await connect({ servers: b.url });
@@ -146,7 +147,7 @@ async function relay(servers: LocalBackend, name: string, guardYaml: string, red
   await addStream(ncb, "DST", ["src.>"]);
   // Ids differ per run: the guard's Redis is shared by the runs and would rightly call a repeat a duplicate.
   await fill(nca, "src", COUNT, `r${++relayRuns}`);
-  const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+  const config = await writeBenchConfig(a.url, b.url, guardYaml, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`, toExtra);
   const serverCpu = cpuMeter([a.pid, b.pid, redisPid]);
   const proc = new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
   try {
@@ -213,6 +214,7 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
         ["relay (broker dedup only)", () => relay(servers, "relay (broker dedup only)", "")],
         ["relay + Redis guard", () => relay(servers, "relay + Redis guard", guardYaml, redis.pid)],
         ["relay, an ack per message", () => relay(servers, "relay, an ack per message", "    sourceAcks: each")],
+        ["relay, strict order", () => relay(servers, "relay, strict order", "", undefined, ", order: strict")],
       ])),
     ];
     const base = native.msgsPerSec;
@@ -255,6 +257,7 @@ async function loopbackRows(servers: LocalBackend): Promise<void> {
       );
     }
     if (unguarded && guarded) console.log(`guarded / unguarded relay: ${(guarded.msgsPerSec / unguarded.msgsPerSec).toFixed(2)}x`);
+    printStrictRatio(unguarded, results[7]);
     const each = results[6];
     if (unguarded && each) {
       console.log(

@@ -102,7 +102,7 @@ async function nativeRow(servers: LocalBackend, name: string, count: number, one
   }
 }
 
-async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number, linkExtra = ""): Promise<TopologyRow> {
+async function relayRow(servers: LocalBackend, name: string, count: number, oneWayMs: number, linkExtra = "", toExtra = ""): Promise<TopologyRow> {
   const r = await twoClusters(servers, oneWayMs, false);
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
@@ -111,7 +111,7 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
     await addStream(ncb, "DST", ["src.>"], R3);
     await fill(nca, "src", count, "r");
     await expectEmpty(ncb, "DST");
-    const proc = startRelay(r, await relayConfig(r, linkExtra));
+    const proc = startRelay(r, await relayConfig(r, linkExtra, toExtra));
     try {
       const cpu = relayCpuMeter(proc.pid, count);
       const seconds = await timeUntilFull(ncb, "DST", count, undefined, cpu.first);
@@ -128,8 +128,8 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
 }
 
 /** The relay in region b reads region a through the WAN (as a relay deployed in b would). */
-function relayConfig(r: Regions, linkExtra = ""): Promise<string> {
-  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`);
+function relayConfig(r: Regions, linkExtra = "", toExtra = ""): Promise<string> {
+  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`, toExtra);
 }
 
 function startRelay(_r: Regions, config: string): RelayProcess {
@@ -266,20 +266,22 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
   for (const oneWayMs of o.oneWayMs) {
     const rtt = `${2 * oneWayMs} ms RTT`;
     if (o.only.has("r3-wan")) {
-      const relay = (label: string, extra = "") => () => relayRow(servers, `R3 + ${rtt}: relay${label}`, o.count, oneWayMs, extra);
-      add(
-        await rotation([
-          () => nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, oneWayMs),
-          relay(""),
-          ...(o.wanDefaultsOnly
-            ? []
-            : [
-                relay(", an ack each", "    sourceAcks: each"),
-                // A window held at 4,096 messages whatever the round trip needs.
-                relay(", inFlight 4096, 4GiB", "    inFlight: 4096\n    inFlightBytes: 4GiB"),
-              ]),
-        ]),
-      );
+      const relay = (label: string, extra = "", toExtra = "") => () => relayRow(servers, `R3 + ${rtt}: relay${label}`, o.count, oneWayMs, extra, toExtra);
+      const group = await rotation([
+        () => nativeRow(servers, `R3 + ${rtt}: native sourcing`, o.count, oneWayMs),
+        relay(""),
+        // Publishes chained by Nats-Expected-Last-Sequence (to.order: strict): its cost over a WAN.
+        relay(", strict order", "", ", order: strict"),
+        ...(o.wanDefaultsOnly
+          ? []
+          : [
+              relay(", an ack each", "    sourceAcks: each"),
+              // A window held at 4,096 messages whatever the round trip needs.
+              relay(", inFlight 4096, 4GiB", "    inFlight: 4096\n    inFlightBytes: 4GiB"),
+            ]),
+      ]);
+      add(group);
+      printStrictRatio(group[1], group[2]);
     }
     if (o.only.has("lag")) {
       add(
@@ -291,6 +293,11 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     }
   }
   return groups;
+}
+
+/** The strict-order row's rate as a ratio to the default relay's (same group, same servers' settings). */
+export function printStrictRatio(relay: { msgsPerSec?: number } | undefined, strict: { msgsPerSec?: number } | undefined): void {
+  if (relay?.msgsPerSec && strict?.msgsPerSec) console.log(`strict order / default relay: ${(strict.msgsPerSec / relay.msgsPerSec).toFixed(2)}x msgs/s`);
 }
 
 /** Prints each group with its rates (or lags) as ratios to the group's native row. */

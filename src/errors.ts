@@ -53,6 +53,18 @@ export const ErrorCodes = {
    * sourcing (the stream's `sources`) is how counters are aggregated across regions.
    */
   DESTINATION_UNSUPPORTED: "DESTINATION_UNSUPPORTED",
+  /**
+   * `to.order: strict`: the destination refused a publish for its `Nats-Expected-Last-Sequence`
+   * (err_code 10071, "wrong last sequence"): an earlier publish of the window was not stored, or
+   * another writer moved the stream on. The link rolls back and resumes from the destination's last
+   * sequence and markers. Retryable.
+   */
+  ORDER_REJECTED: "ORDER_REJECTED",
+  /**
+   * `to.order: strict` on a link that is not its destination stream's only writer (another link into
+   * it, subjects it binds beyond the link's, sources or a mirror, the dead-letter subject): the link fails.
+   */
+  ORDER_NOT_SOLE_WRITER: "ORDER_NOT_SOLE_WRITER",
   /** The guard's Redis is unreachable or failing over. Retryable; the link pauses. */
   GUARD_UNAVAILABLE: "GUARD_UNAVAILABLE",
   /**
@@ -112,6 +124,7 @@ const retryable: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
   ErrorCodes.PUBLISH_REJECTED,
   ErrorCodes.DESTINATION_FULL,
   ErrorCodes.DESTINATION_BUSY,
+  ErrorCodes.ORDER_REJECTED,
   ErrorCodes.GUARD_UNAVAILABLE,
   ErrorCodes.SOURCE_STALLED,
 ]);

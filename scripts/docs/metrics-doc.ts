@@ -35,6 +35,7 @@ export const METRIC_AREAS: readonly {
       "relay_headers_stripped_total",
       "relay_delete_markers_dropped_total",
       "relay_publish_backpressure_total",
+      "relay_order_rejections_total",
       "relay_id_collisions_total",
       "relay_gap_messages_total",
       "relay_resyncs_total",

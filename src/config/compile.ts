@@ -169,6 +169,7 @@ function compileLink(l: ParsedLink): LinkConfig {
       transform,
       ...((l.to.expectStream ?? DEFAULTS.expectStream) ? { expectStream: true as const } : {}),
       ...((l.to.deleteMarkers ?? DEFAULTS.deleteMarkers) === "drop" ? { deleteMarkers: "drop" as const } : {}),
+      ...((l.to.order ?? DEFAULTS.order) === "strict" ? { order: "strict" as const } : {}),
     },
     batchSize: l.batchSize ?? DEFAULTS.batchSize,
     inFlight: l.inFlight ?? (guard === undefined ? DEFAULTS.inFlight : DEFAULTS.guardedInFlight),

@@ -5,6 +5,7 @@
  */
 import { DEFAULTS, defaultDurableName } from "./defaults.js";
 import { parseDuration } from "./durations.js";
+import { orderChecks } from "./order-checks.js";
 import { quote } from "./problems.js";
 import type { ConfigPath, ConfigProblem } from "./problems.js";
 
@@ -250,5 +251,6 @@ export function crossChecks(tree: unknown): ConfigProblem[] {
 
     checkGuard(link.guard, ["links", i, "guard"], out);
   });
+  out.push(...orderChecks(root.links));
   return out;
 }

@@ -48,6 +48,8 @@ export const DEFAULTS = Object.freeze({
   expectStream: false,
   /** to.deleteMarkers: subject delete markers are relayed like any message (as server sourcing does). */
   deleteMarkers: "relay" as "relay" | "drop",
+  /** to.order */
+  order: "default" as const,
   onGap: "continue",
   idTtlMs: 3_600_000,
   /** guard.versions.expectedEntities: what a scope's version hashes are sized for (src/guard/layout.ts). */

@@ -258,6 +258,13 @@ export const LinkSchema = obj({
         description:
           "What to do with a subject delete marker from the source (a message carrying `Nats-Marker-Reason`, which nats-server 2.11+ writes when a subject's last message ages out): `relay` copies it like any message (as server sourcing does), `drop` acks it at the source without publishing it and counts it in `relay_delete_markers_dropped_total`. See [the header policy](data-path.md#header-policy).",
       }),
+    order: oneOf(["default", "strict"] as const)
+      .optional()
+      .meta({
+        default: DEFAULTS.order,
+        description:
+          "`strict`: pipelined publishes are chained by `Nats-Expected-Last-Sequence`, so the destination never stores a message after a later one, even when a publish is lost while later ones in flight are stored (a destination leader dying under a window); a refused publish (err_code 10071) rolls the window back and the link resumes from the destination's last sequence and markers (`relay_order_rejections_total`). Only for a link that is its destination stream's **only writer**: refused at load for two links into one stream, and at start, by `check --live` and whenever the stream changes for a stream that binds subjects beyond the link's, sources or mirrors, or captures the dead-letter subject (`ORDER_NOT_SOLE_WRITER`). The header is **stored with every message** (a downstream re-publisher must strip it; on nats-server 2.9 a stream that sources the destination stalls on it); see [Strict order](#toorder-strict-order-for-a-single-writer-destination).",
+      }),
   }).meta({ description: "Where the link publishes: a stream in another region." }),
   batchSize: integer(1, 10_000).optional().meta({
     default: DEFAULTS.batchSize,

@@ -90,6 +90,12 @@ export interface LinkConfig {
     readonly expectStream?: true;
     /** Subject delete markers (`Nats-Marker-Reason`) are acked at the source and counted, never published (default: relayed). */
     readonly deleteMarkers?: "drop";
+    /**
+     * Publishes chained by `Nats-Expected-Last-Sequence`: the destination never stores one after a
+     * later one. Only for the destination stream's only writer. Off by default: the header is stored
+     * with every message.
+     */
+    readonly order?: "strict";
   };
   /** Messages per pull request. */
   readonly batchSize: number;

@@ -38,6 +38,9 @@ export interface DestinationCheckDeps {
   };
 }
 
+/** What the link cannot wait out: the stream is not fit for it until someone changes it or the config. */
+const FAILS: ReadonlySet<string> = new Set([ErrorCodes.DESTINATION_MISMATCH, ErrorCodes.DESTINATION_RETENTION, ErrorCodes.DESTINATION_UNSUPPORTED, ErrorCodes.ORDER_NOT_SOLE_WRITER]);
+
 export class DestinationCheck {
   private destinationKnown = false;
   /** Changes announced so far: a read that began before the latest one does not end the hold. */
@@ -54,7 +57,8 @@ export class DestinationCheck {
   /**
    * Reads the destination stream's limits and checks its subjects and retention. A missing stream holds
    * messages in the pipeline (retried by the poll timer); a stream that does not bind the link's subjects,
-   * or does not keep what it acknowledges (interest, work queue), fails the link.
+   * or does not keep what it acknowledges (interest, work queue), or shares it with another writer under
+   * `to.order: strict`, fails the link.
    */
   async refresh(): Promise<void> {
     const { pipeline } = this.deps;
@@ -71,7 +75,7 @@ export class DestinationCheck {
     } catch (err) {
       const relayErr = toRelayError(err, ErrorCodes.JETSTREAM_API);
       this.deps.metrics.errors.inc({ link: this.deps.link, code: relayErr.code });
-      if (relayErr.code === ErrorCodes.DESTINATION_MISMATCH || relayErr.code === ErrorCodes.DESTINATION_RETENTION || relayErr.code === ErrorCodes.DESTINATION_UNSUPPORTED) return this.deps.events.fail(relayErr);
+      if (FAILS.has(relayErr.code)) return this.deps.events.fail(relayErr);
       this.deps.events.trouble(relayErr);
     }
   }

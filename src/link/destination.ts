@@ -2,6 +2,7 @@ import { jetstreamManager, JetStreamApiCodes, RetentionPolicy } from "@nats-io/j
 import type { JetStreamManager, StreamInfo } from "@nats-io/jetstream";
 import { millis } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
+import type { AllLinks } from "../config/routes.js";
 import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import { classifyJsError, isApiCode } from "../nats/durable-consumer.js";
@@ -9,6 +10,8 @@ import { findStoredSourceSeqs } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
 import { streamFacts } from "../nats/stream-facts.js";
 import { unboundSubjects } from "./binding.js";
+import { EXPECTED_LAST_SEQ_MAX_LINE } from "../nats/expected-last-seq.js";
+import { otherWriters, otherWritersText } from "./sole-writer.js";
 import { RelayHeaders } from "../protocol/headers.js";
 import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
 
@@ -46,6 +49,8 @@ export class Destination {
     private readonly domain: string | undefined,
     /** The source as markers name it (its incarnation changes when the source stream is recreated). */
     private readonly source: () => SourceRef,
+    /** Every link the relay runs: with `to.order: strict`, none other may write the destination. */
+    private readonly links: AllLinks = [],
   ) {}
 
   /**
@@ -84,11 +89,18 @@ export class Destination {
         );
       }
     }
+    if (link.to.order === "strict") {
+      // Read again after every change of the stream: a writer added while the link runs stops it too.
+      const links = typeof this.links === "function" ? this.links() : this.links;
+      const reasons = otherWriters(link, sourceInfo ? streamFacts(sourceInfo) : { kind: "missing" }, streamFacts(info), links);
+      if (reasons.length > 0) throw new RelayError(ErrorCodes.ORDER_NOT_SOLE_WRITER, otherWritersText(link, reasons));
+    }
     const maxPayload = this.nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD;
     const maxMsgSize = info.config.max_msg_size > 0 ? info.config.max_msg_size : Number.MAX_SAFE_INTEGER;
     return {
       stream: info.config.name,
-      maxMessageBytes: Math.min(maxPayload, maxMsgSize),
+      // Strict order adds its header to every publish: what the link measures leaves room for it.
+      maxMessageBytes: Math.min(maxPayload, maxMsgSize) - (link.to.order === "strict" ? EXPECTED_LAST_SEQ_MAX_LINE : 0),
       duplicateWindowMs: info.config.duplicate_window ? millis(info.config.duplicate_window) : 120_000,
       allowMsgTtl: allowsMsgTtl(info),
     };
@@ -100,6 +112,7 @@ export class Destination {
     return {
       findStored: (fromDestSeq, wanted) =>
         findStoredSourceSeqs(this.nc, { stream, source: { ...this.source(), link: this.link.name }, fromDestSeq, wanted, ...(this.domain ? { domain: this.domain } : {}) }),
+      lastSeq: async () => (await (await this.manager()).streams.info(stream)).state.last_seq,
       storedAt: async (seq) => {
         const m = await (await this.manager()).streams.getMessage(stream, { seq });
         if (!m) return undefined;

@@ -112,7 +112,7 @@ export class Link {
       incarnation: (createdMs) => this.pipeline.setIncarnation(createdMs),
       recreated: () => this.inspector.recreated(),
     });
-    const destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceStream.ref());
+    const destination = new Destination(config, deps.dest, deps.destDomain, () => this.sourceStream.ref(), deps.links);
     const acks = new SourceAcks(deps.source, sourceGate && (() => sourceGate.wrote(writer)));
     this.pipeline = new Pipeline({
       link: config,

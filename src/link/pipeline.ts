@@ -4,6 +4,7 @@ import type { LinkConfig } from "../config/types.js";
 import type { RelayError } from "../errors.js";
 import type { Guard } from "../guard/types.js";
 import type { Delivery } from "../nats/delivery.js";
+import type { Entry } from "./entry.js";
 import type { JetStreamPublisher } from "../nats/publisher.js";
 import type { SourceAcks } from "../nats/source-acks.js";
 import type { CorrectionKind, MessageOutcome, RelayMetrics } from "../observability/metrics.js";
@@ -22,6 +23,7 @@ import { RetryJudge } from "./stages/retry-judge.js";
 import { PumpScheduler } from "./stages/scheduler.js";
 import { HeaderRules } from "./stages/header-rules.js";
 import { SourceAckStage } from "./stages/source-ack.js";
+import { StrictOrder } from "./stages/strict-order.js";
 import { Tally } from "./stages/tally.js";
 import type { LastError } from "./stages/tally.js";
 import { SentVersions, UncommittedVersions } from "./stages/versions.js";
@@ -90,6 +92,8 @@ export class Pipeline {
   private readonly pubAck: PubAckStage;
   private readonly commit: CommitStage;
   private readonly sourceAck: SourceAckStage;
+  /** `to.order: strict` only: the chain of expected last sequences (strict-order.ts). */
+  private readonly order: StrictOrder | undefined;
   private drainWaiters: (() => void)[] = [];
 
   constructor(deps: PipelineDeps) {
@@ -110,7 +114,9 @@ export class Pipeline {
     const pubAck = (this.pubAck = new PubAckStage({ link, logger, metrics, events: deps.events, window, state, ledger, tally, health, deadLetters, collisions, rollback, commit, sent, scheduler }));
     const judge = new RetryJudge({ link, guard, logger, owns, metrics, window, sent, health, tally, sourceAck, scheduler });
     const headerRules = new HeaderRules({ link, metrics });
-    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, headerRules, scheduler });
+    const stored = (entry: Entry, seq: number) => pubAck.onStored(entry, { stream: state.destination?.stream ?? link.to.stream, seq, duplicate: true }, "found in the destination before strict order resumed");
+    const order = (this.order = link.to.order === "strict" ? new StrictOrder({ link, logger, metrics, owns, window, state, markers: deps.markers, stored, scheduler }) : undefined);
+    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, headerRules, scheduler, ...(order ? { order } : {}) });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
     this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck, headerRules });
   }
@@ -182,6 +188,7 @@ export class Pipeline {
   /** What the link read about the destination; publishing waits until it is known. Ends a hold. */
   setDestination(facts: DestinationFacts): void {
     const first = this.state.destination === undefined;
+    if (this.state.held) this.order?.forget("the destination changed"); // its last sequence is read again
     this.state.destination = facts;
     if (first) this.claim.screenQueued();
     this.state.held = false;
@@ -204,6 +211,7 @@ export class Pipeline {
    */
   setStoredInDestination(stored: ReadonlyMap<number, number>, upToSourceSeq: number, heldUpToSourceSeq: number): void {
     this.cursorMoved();
+    this.order?.forget("the link read its position again");
     this.ledger.setKnown(stored, upToSourceSeq);
     this.claim.takeoverUpTo = heldUpToSourceSeq;
   }
@@ -244,6 +252,7 @@ export class Pipeline {
   /** Releases claims of what was not published and forgets everything (it stays unacked at the source). */
   async abandon(): Promise<void> {
     this.scheduler.cancel();
+    this.order?.forget("the pipeline was abandoned");
     const claimed = this.window.clear();
     this.claim.clear();
     this.commit.clear();

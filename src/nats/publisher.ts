@@ -114,6 +114,8 @@ const JsErrCode = {
    * stream's ingest queue is full; the reply has the status line `NATS/1.0 429 Too Many Requests`.
    */
   TooManyRequests: 10167,
+  /** JSStreamWrongLastSequenceErrF: "wrong last sequence: <seq>" (a `Nats-Expected-Last-Sequence` header, `to.order: strict`). */
+  WrongLastSequence: 10071,
 } as const;
 
 /**
@@ -128,6 +130,7 @@ function classifyPubAckError(code: number, errCode: number) {
   if (errCode === JsErrCode.TooManyRequests || code === 429) return ErrorCodes.DESTINATION_BUSY;
   if (errCode === JsErrCode.StoreFailed || errCode === JsErrCode.InsufficientResources) return ErrorCodes.DESTINATION_FULL;
   if (errCode === JsErrCode.StreamNotMatch) return ErrorCodes.DESTINATION_MISMATCH;
+  if (errCode === JsErrCode.WrongLastSequence) return ErrorCodes.ORDER_REJECTED;
   return code >= 500 ? ErrorCodes.PUBLISH_FAILED : ErrorCodes.PUBLISH_REJECTED;
 }
 

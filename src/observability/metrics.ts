@@ -144,6 +144,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    orderRejections: new Counter({
+      name: "relay_order_rejections_total",
+      help: "Publishes the destination refused for their Nats-Expected-Last-Sequence (to.order: strict): an earlier publish was not stored, or another writer moved the stream on; the link rolled back and resumed from the destination's last sequence",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     staleRetries: new Counter({
       name: "relay_stale_retries_total",
       help: "Retried publishes dropped as stale versions when judged again (a newer version of the entity was sent to the destination or committed in the guard after the first attempt failed); also counted as stale_version corrections",

@@ -51,6 +51,7 @@ import {
 } from "./checks.js";
 import { readStart } from "./start-facts.js";
 import { destinationPatterns, sourcePatterns, unboundSubjects } from "../link/binding.js";
+import { checkOrder } from "./order-checks.js";
 import { streamFacts } from "../nats/stream-facts.js";
 import type { StreamFact } from "../nats/stream-facts.js";
 import type {
@@ -390,6 +391,7 @@ export async function runPreflight(
           ...(eviction ? [eviction] : []),
           ...(replication ? [replication] : []),
           checkDeadLetter(link, deadLetter),
+          ...checkOrder(link, source, dest, config.links),
           ...(partitions ? [partitions] : []),
           ...consumers,
           ...starts,

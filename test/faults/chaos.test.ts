@@ -102,7 +102,7 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
     await Promise.all(spawned.map((m) => writeFile(join(dir, `chaos-${SEED}-relay-${m.process.pid ?? "?"}.log`), m.process.output())));
   });
   let members = [await spawnMember(), await spawnMember()];
-  // The one reorder the relay cannot prevent (README): a destination leader that dies may store a later
+  // The one reorder (README; `to.order: strict`, not used here, prevents it): a destination leader that dies may store a later
   // publish while an earlier one fails. Each relay counts what it saw in relay_reordered_total; the
   // counts of every relay process, killed ones included (sampled, and read just before a kill), are
   // what the soak allows — any other reorder is a failure. The retry of such an earlier publish is

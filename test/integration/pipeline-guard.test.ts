@@ -87,7 +87,7 @@ links:
     metrics: createMetrics(undefined, { defaultMetrics: false }),
     logger,
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
     owns: () => true,
   });
   pipeline.setPublisher(publisher);

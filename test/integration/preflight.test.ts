@@ -459,6 +459,25 @@ describe("check --live", () => {
     assert.match(ret.fix ?? "", /jetstream-relay streams apply --config <your config> --region b --force changes interest → limits/);
   });
 
+  test("to.order strict: ok for the destination's only writer; an error naming the subjects beyond the link's otherwise", async () => {
+    const s = uniqueName("STRICT");
+    await streams(s);
+    const yaml = oneLink(s).replace(`to: { region: b, stream: ${s} }`, `to: { region: b, stream: ${s}, order: strict }`);
+    assert.ok(yaml.includes("order: strict"), yaml);
+    const good = await check(yaml);
+    assert.equal(good.code, 0, good.out + good.err);
+    assert.match(row(good.out, "a-to-b", "strict order").detail, /only writer/);
+    const jsm = await jetstreamManager(ncb);
+    const info = await jsm.streams.info(s);
+    await jsm.streams.update(s, { ...info.config, subjects: [`${s}.>`, `${s}-other.>`] });
+    const bad = await check(yaml);
+    assert.equal(bad.code, 2, bad.out + bad.err);
+    const order = row(bad.out, "a-to-b", "strict order");
+    assert.equal(order.level, "error");
+    assert.match(order.detail, new RegExp(`binds ${s}-other\\.> beyond the link's subjects`));
+    assert.match(order.fix ?? "", /destination stream of its own/);
+  });
+
   test("duplicate window 10s with ackWait 30s: warning, exit 0; exit 1 with --strict", async () => {
     const s = uniqueName("WINDOW");
     await streams(s, { destWindowMs: 10_000 });

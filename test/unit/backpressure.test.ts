@@ -99,7 +99,7 @@ links:
       halt: (err: RelayError) => events.push(`halt ${err.code}`),
       destinationRestarted: () => events.push("restarted"),
     },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
     owns: () => true,
   });
   // The first three publishes are answered 429 (the destination's queue is full), the rest are stored.

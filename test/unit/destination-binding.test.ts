@@ -58,7 +58,7 @@ function harness(answers: (seq: number) => Answer | undefined) {
       halt: (err) => halts.push(err),
       destinationRestarted: (detail) => restarts.push(detail),
     },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
     owns: () => true,
   });
   const publisher = {

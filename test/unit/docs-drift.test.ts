@@ -151,6 +151,7 @@ void describe("docs drift", () => {
     const compiled: Record<string, unknown> = {
       "links[].to.expectStream": link.to.expectStream ?? false,
       "links[].to.deleteMarkers": link.to.deleteMarkers ?? "relay",
+      "links[].to.order": link.to.order ?? "default",
       "links[].batchSize": link.batchSize,
       "links[].inFlightBytes": link.inFlightBytes,
       "links[].ackWait": link.ackWaitMs,

@@ -137,7 +137,7 @@ function pipelineFor(link: LinkConfig, dest: DestinationFacts) {
     metrics,
     logger: pino({ level: "silent" }),
     events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
     owns: () => true,
   });
   let destSeq = 0;

@@ -128,7 +128,7 @@ function newPipeline(guard: MemoryGuard) {
       halt: () => {},
       destinationRestarted: () => {},
     },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined) },
+    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
     owns: () => true,
   });
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 120_000 });

@@ -40,6 +40,8 @@ export interface DestinationMarkers {
   findStored(fromDestSeq: number, wanted: ReadonlySet<number>): Promise<ReadonlyMap<number, number>>;
   /** The `Relay-Source` header and payload of the message at `destSeq`, for telling an id collision from a duplicate. */
   storedAt(destSeq: number): Promise<{ readonly source: string; readonly data: Uint8Array } | undefined>;
+  /** The destination stream's last sequence now (`to.order: strict` resumes its chain from it). */
+  lastSeq(): Promise<number>;
 }
 
 /** Asks for the pump to run: on the next turn (`schedule`), or at a deadline (`scheduleAt`). */

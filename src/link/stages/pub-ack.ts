@@ -5,7 +5,9 @@
  * (a recreated stream: hold). A PubAck from another stream, or a 10060 refusal, halts the link (a
  * stray: nothing from it on is acked). A message refused as too large goes to the bad-message policy;
  * a 429 (the destination's ingest queue is full) is backpressure: counted, and rolled back like any
- * other failure, which publishes it again after a backoff (health.ts) while the pull window shrinks.
+ * other failure, which publishes it again after a backoff (health.ts) while the pull window shrinks; a
+ * refusal of strict order's expected sequence rolls back everything in flight; any other failure
+ * rolls publishing back to it.
  */
 import type { Logger } from "pino";
 import type { LinkConfig } from "../../config/types.js";
@@ -28,7 +30,7 @@ export interface PubAckNeeds {
   readonly logger: Logger;
   readonly metrics: Pick<RelayMetrics, "reordered" | "publishBackpressure">;
   readonly events: Pick<PipelineEvents, "destinationRestarted">;
-  readonly window: Pick<EntryWindow, "publishPos" | "indexOf">;
+  readonly window: Pick<EntryWindow, "publishPos" | "indexOf" | "head">;
   readonly state: Pick<PathState, "destination" | "held" | "halt">;
   readonly ledger: Pick<DestinationLedger, "lastDestSeq" | "stored" | "destinationRestarted">;
   readonly tally: Pick<Tally, "counters" | "correct" | "recordError" | "debugOn" | "debug">;
@@ -106,7 +108,9 @@ export class PubAckStage {
       this.needs.metrics.publishBackpressure.inc(this.label);
     }
     if (attempt !== entry.attempt || !err) return; // an older attempt's failure: already rolled back
-    const index = window.indexOf(entry);
+    // Strict order: a publish refused for its expected sequence means one before it is lost or slow;
+    // everything in flight rolls back (what was stored is found by its marker before publishing again).
+    const index = err.code === ErrorCodes.ORDER_REJECTED ? window.head : window.indexOf(entry);
     if (err.code === ErrorCodes.MESSAGE_TOO_LARGE && entry.data.length > 0) {
       // The stream's own limit was lower than the one read at start (changed since): as if known before.
       this.needs.deadLetters.refusedAsTooLarge(entry, err);

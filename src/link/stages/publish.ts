@@ -19,6 +19,7 @@ import type { HeaderRules } from "./header-rules.js";
 import type { Health } from "./health.js";
 import type { PubAckStage } from "./pub-ack.js";
 import type { RetryJudge } from "./retry-judge.js";
+import type { StrictOrder } from "./strict-order.js";
 import type { SentVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
 
@@ -39,6 +40,8 @@ export interface PublishNeeds {
   /** The header policy's last word before a publish (`Nats-TTL` only to a stream that allows it). */
   readonly headerRules: Pick<HeaderRules, "beforePublish">;
   readonly scheduler: Scheduler;
+  /** `to.order: strict`: every publish to the destination is a link of its chain (strict-order.ts). */
+  readonly order?: Pick<StrictOrder, "ready" | "chain" | "answered" | "forget">;
 }
 
 /** Publishes between two checks of the lease within one pass (see `next`). */
@@ -60,7 +63,7 @@ export class PublishStage {
   /** Publishes what is ready from the cursor on, in order, until an undecided entry or a block. */
   next(): void {
     const publisher = this.publisher;
-    const { window, state, health, ledger } = this.needs;
+    const { window, state, health, ledger, order } = this.needs;
     const dest = state.destination;
     if (!publisher || !dest) return;
     if (window.publishPos < window.head) window.publishPos = window.head;
@@ -72,7 +75,8 @@ export class PublishStage {
     // lease is checked at the start and every OWNS_EVERY publishes: the write gate checks it again
     // when the bytes leave, and a lapse it finds drops them all (write-gate.ts).
     let steps = 0;
-    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && wallNow >= health.publishBlockedUntil && (steps++ % OWNS_EVERY !== 0 || this.needs.owns())) {
+    // Strict order: nothing goes while the chain is being read again from the destination.
+    while (window.publishPos < window.entries.length && !state.halted && !state.held && !this.verifying && wallNow >= health.publishBlockedUntil && (steps++ % OWNS_EVERY !== 0 || this.needs.owns()) && (!order || order.ready())) {
       const entry = window.entries[window.publishPos];
       if (!entry || entry.state === "claim") return; // order: never publish past an undecided entry
       if (entry.state !== "ready") {
@@ -112,9 +116,20 @@ export class PublishStage {
       this.needs.sent.sent(entry);
       const attempt = ++entry.attempt;
       entry.publishStartedAt = startedAt;
+      // Strict order: a link of the chain (a dead-letter record goes to a stream of its own, sole-writer.ts).
+      const link = order && entry.deadLetterReason === undefined ? order.chain(entry.headers) : undefined;
       if (entry.firstAttemptMs === 0) {
         entry.firstAttemptMs = wallNow;
-        entry.destFloor = ledger.lastDestSeq;
+        // Strict order: this and every later attempt can only be stored above where the chain was read
+        // (a tighter floor than the link's own highest sequence, 0 in a fresh process: a look reads less).
+        entry.destFloor = Math.max(ledger.lastDestSeq, link?.base ?? 0);
+      }
+      if (order && link) {
+        publisher.publish(entry.subject, entry.data, link.headers, (err, ack) => {
+          order.answered(entry, link, err, ack);
+          this.needs.pubAck.onPubAck(entry, attempt, err, ack);
+        }, wallNow);
+        continue;
       }
       publisher.publish(entry.subject, entry.data, entry.headers.asMsgHdrs(), (err, ack) => this.needs.pubAck.onPubAck(entry, attempt, err, ack), wallNow);
     }
@@ -168,6 +183,7 @@ export class PublishStage {
   /** Everything from `index` on that has no PubAck is published again, in order, after a backoff. */
   rollback(index: number, err: RelayError, force = false): void {
     const { window } = this.needs;
+    this.needs.order?.forget(`${err.code}: ${err.message}`); // strict order: resumed from the destination's truth
     let rolled = 0;
     const from = Math.max(window.head, index);
     for (let i = from; i < window.entries.length; i++) {
