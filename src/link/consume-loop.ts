@@ -16,6 +16,7 @@ import { toDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
 import type { BacklogProbe } from "./backlog.js";
+import { healConsumer } from "./consumer-heal.js";
 import { destSubjectsOf, positionCursor } from "./cursor.js";
 import type { HealedConsumer, Placement } from "./cursor.js";
 import type { PositionStore } from "../group/link-position.js";
@@ -266,14 +267,12 @@ export class ConsumeLoop {
       return;
     }
     if (step === "consumer") {
-      // Deleted, the loop places a new cursor at its ack floor + 1 (ordered recovery): the position the
-      // relay knows, read first, never thrown away with the consumer (a scan of a busy destination may
-      // not reach the link's last record). A consumer that cannot be read is not deleted.
+      // Rewound to its ack floor + 1 (consumer-heal.ts): the position the relay knows, never thrown away
+      // with the consumer (a scan of a busy destination may not reach the link's last record).
       const jsm = this.manager;
       if (!jsm) return;
-      const info = await jsm.consumers.info(config.from.stream, config.durableName);
-      this.healed = { ackFloor: info.ack_floor.stream_seq, delivered: info.delivered.stream_seq, sourceCreatedMs: this.deps.sourceStream.ref().createdMs };
-      await jsm.consumers.delete(config.from.stream, config.durableName);
+      const heal = await healConsumer(jsm, config, this.deps.sourceStream.ref().createdMs, this.deps.logger);
+      if (!heal.reset) this.healed = heal.healed;
       this.messages?.stop();
       return;
     }
