@@ -316,6 +316,7 @@ export class Link {
       jsm: () => this.loop.jsm,
       sourceCreatedMs: () => this.sourceStream.ref().createdMs,
       working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
+      activity: () => this.loop.activity,
     });
     this.health = new LinkHealth({
       link: config.name,
