@@ -13,7 +13,7 @@
  *
  * Every clock is this machine's (the servers, the relay and the bench run on one machine).
  */
-import { readFileSync, rmSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
@@ -54,11 +54,52 @@ export interface WorstWindow {
 }
 
 export interface LagResult {
+  /** The relay's event loop (its main thread) over the run: % on a CPU, % runnable waiting for one. */
+  readonly relayThread?: { ranPct: number; waitedPct: number };
   readonly p50: number;
   readonly p99: number;
   readonly max: number;
   readonly worst: WorstWindow;
   readonly steps?: StepStats[];
+}
+
+/** Nanoseconds a thread ran on a CPU and waited runnable for one (/proc/<pid>/task/<tid>/schedstat). */
+interface SchedReading {
+  readonly ranNs: number;
+  readonly waitedNs: number;
+  readonly at: number;
+}
+
+function schedRead(pid: number, tid: number | "all"): SchedReading {
+  let ranNs = 0;
+  let waitedNs = 0;
+  try {
+    const tids = tid === "all" ? readdirSync(`/proc/${pid}/task`) : [String(tid)];
+    for (const t of tids) {
+      const [ran, waited] = readFileSync(`/proc/${pid}/task/${t}/schedstat`, "utf8").split(" ").map(Number);
+      ranNs += ran ?? 0;
+      waitedNs += waited ?? 0;
+    }
+  } catch {
+    // gone, or no schedstat on this kernel: zeros
+  }
+  return { ranNs, waitedNs, at: performance.now() };
+}
+
+/**
+ * What a process's threads got of the machine over a stretch: seconds on a CPU and seconds runnable
+ * but waiting for one, each as % of the stretch's wall time. A waiting share near or above the running
+ * one is a machine that does not give the process the CPU it asks for (the lag it shows is that).
+ * `tid`: the thread to read (the relay's event loop is its main thread: tid = pid), or all of them.
+ */
+export function schedMeter(pid: number | undefined, tid: number | "all") {
+  const start = pid === undefined ? undefined : schedRead(pid, tid);
+  return (): { ranPct: number; waitedPct: number } | undefined => {
+    if (pid === undefined || start === undefined) return undefined;
+    const end = schedRead(pid, tid);
+    const wallNs = (end.at - start.at) * 1e6;
+    return { ranPct: ((end.ranNs - start.ranNs) / wallNs) * 100, waitedPct: ((end.waitedNs - start.waitedNs) / wallNs) * 100 };
+  };
 }
 
 export const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;

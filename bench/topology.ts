@@ -19,7 +19,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
-import { analyse, measureLag, printSteps, readProbe } from "./lag.js";
+import { analyse, measureLag, printSteps, readProbe, schedMeter } from "./lag.js";
 import type { LagResult } from "./lag.js";
 import { addStream, BENCH_PAYLOAD, expectEmpty, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
@@ -169,13 +169,15 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       // until it has read the stream again (up to a poll), and the measurement would start with that.
       await timeUntilFull(ncb, "DST", 1, 60_000);
     }
+    const relayThread = schedMeter(proc?.pid, proc?.pid ?? "all");
     const samples = await measureLag(nca, ncb, rate, seconds, kind === "relay" ? 1 : 0);
+    const thread = relayThread();
     if (proc) {
       proc.signal("SIGTERM"); // the probe writes its file at exit
       await proc.exited;
       proc = undefined;
     }
-    const lag = analyse(samples, readProbe(probeOut));
+    const lag = { ...analyse(samples, readProbe(probeOut)), ...(thread ? { relayThread: thread } : {}) };
     return { name, lagP50Ms: lag.p50, lagP99Ms: lag.p99, lag };
   } finally {
     if (proc) {
@@ -294,6 +296,8 @@ export function printTopology(groups: readonly TopologyRow[][]): void {
               `${(w.max / w.median).toFixed(2)}x the run's median lag (goal <= 3x: ${w.max <= 3 * w.median ? "met" : "NOT met"})`,
           );
         }
+        const t = r.lag?.relayThread;
+        if (t) console.log(`${"".padEnd(6)}relay event loop over the run: on a CPU ${t.ranPct.toFixed(0)} % of the time, runnable but waiting for a CPU ${t.waitedPct.toFixed(0)} %`);
         if (r.lag?.steps) printSteps(r.lag.steps);
       }
     }
