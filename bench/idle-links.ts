@@ -16,6 +16,9 @@
  * bench then prints the idle window as seconds before the relay's exit, for bench/profile-window.ts.
  * For a quick look: BENCH_IDLE_SETTLE_SECONDS=5 BENCH_IDLE_SECONDS=10.
  */
+import { writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { connect, headers } from "@nats-io/transport-node";
@@ -120,7 +123,13 @@ ${process.env["BENCH_LINKS_YAML"] ?? ""}
         const status = (await (await fetch(`${url}/status`)).json()) as { links: { name: string; state: string; stateReason?: string }[] };
         const stuck = status.links.filter((l) => l.state !== "live");
         const reasons = [...new Set(stuck.map((l) => `${l.state}: ${l.stateReason ?? "-"}`))].join("; ");
-        console.log(`(the burst was not drained within ${BURST_TIMEOUT_MS / 1000} s: ${stuck.length} links not live (${reasons}): ${stuck.map((l) => l.name).slice(0, 30).join(", ")})`);
+        // The relay's log (level info), kept for whoever looks into it.
+        const log = join(tmpdir(), `idle-links-relay-${proc.pid}.log`);
+        writeFileSync(log, proc.output());
+        console.log(
+          `(the burst was not drained within ${BURST_TIMEOUT_MS / 1000} s: ${stuck.length} links not live (${reasons}): ` +
+            `${stuck.map((l) => l.name).slice(0, 30).join(", ")}; the relay's log: ${log})`,
+        );
       }
       const peak = peakRssMb(proc.pid) ?? NaN;
       if (process.env.BENCH_RELAY_NODE_ARGS) {
