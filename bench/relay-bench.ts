@@ -39,7 +39,7 @@ const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,audit,li
 /** Messages of the R3 rows (3-node clusters fill and relay slower than single servers). */
 const TOPOLOGY_COUNT = Number(process.env.BENCH_TOPOLOGY_MESSAGES ?? 50_000);
 /** Half the WAN round trip the delay proxy adds between the regions; several (100,150): a WAN group each. */
-const WAN_ONE_WAY_MS = (process.env.BENCH_WAN_ONE_WAY_MS ?? "20").split(",").map(Number);
+const WAN_ONE_WAY_MS = (process.env.BENCH_WAN_ONE_WAY_MS ?? "20").split(",").filter(Boolean).map(Number);
 /** Runs of each R3 row, in rotation within its group; the median is shown. */
 const TOPOLOGY_RUNS = Math.max(1, Number(process.env.BENCH_TOPOLOGY_RUNS ?? 1));
 
@@ -180,6 +180,7 @@ async function main(): Promise<void> {
       oneWayMs: WAN_ONE_WAY_MS,
       lagRate: Number(process.env.BENCH_LAG_RATE ?? 5_000),
       lagSeconds: Number(process.env.BENCH_LAG_SECONDS ?? 10),
+      lagLoopbackRates: (process.env.BENCH_LAG_LOOPBACK_RATES ?? "5000").split(",").map(Number).filter((x) => x > 0),
       runs: TOPOLOGY_RUNS,
       wanDefaultsOnly: process.env.BENCH_WAN_ROWS === "defaults",
     });

@@ -8,15 +8,19 @@
  *   lag     steady state at LAG_RATE msgs/s for LAG_SECONDS over the WAN: replication lag p50/p99
  *           (destination store time − publish time), native vs relay
  */
-import { jetstream, DeliverPolicy } from "@nats-io/jetstream";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { jetstream } from "@nats-io/jetstream";
 import { headers } from "@nats-io/nats-core";
-import type { NatsConnection } from "@nats-io/nats-core";
 import { connect } from "@nats-io/transport-node";
 import { check } from "../test/helpers/check.js";
 import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
-import { RelayProcess } from "../test/helpers/relays.js";
+import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
+import { analyse, measureLag, printSteps, readProbe, schedMeter } from "./lag.js";
+import type { LagResult } from "./lag.js";
 import { addStream, BENCH_PAYLOAD, expectEmpty, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
 export interface TopologyRow {
@@ -27,6 +31,8 @@ export interface TopologyRow {
   readonly peakRssMb?: number;
   readonly lagP50Ms?: number;
   readonly lagP99Ms?: number;
+  /** Lag rows: the worst 1-second window and, for the relay, the breakdown by step. */
+  readonly lag?: LagResult;
 }
 
 interface Regions {
@@ -132,61 +138,13 @@ function relayConfig(r: Regions, linkExtra = "", toExtra = ""): Promise<string> 
   return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`, toExtra);
 }
 
-function startRelay(_r: Regions, config: string): RelayProcess {
-  return new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
+function startRelay(_r: Regions, config: string, probeOut?: string): RelayProcess {
+  if (!probeOut) return new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
+  const probe = pathToFileURL(join(REPO_ROOT, "bench/lag-probe.mjs")).href;
+  return new RelayProcess(["run", "--config", config, "--region", "b"], { LAG_PROBE_OUT: probeOut }, { compiled: true, nodeArgs: ["--import", probe] });
 }
 
-/**
- * Publishes `rate` msgs/s for `seconds` into region a (a `Bench-Sent` header with the send time in
- * ms), after LAG_WARM_UP_SECONDS of the same traffic unmeasured, reads them back from DST in region b
- * and returns the lags (store time in b − send time).
- */
-async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number, already = 0): Promise<number[]> {
-  // The pace is kept whatever the PubAcks do: on a saturated machine they can take seconds to come.
-  const js = jetstream(nca, { timeout: 60_000 });
-  // Both paths warm up at the rate first (unmeasured): the lag rows are the steady state, not a cold
-  // process's first second (a relay that has moved one message has not compiled its hot path yet).
-  const warm = rate * LAG_WARM_UP_SECONDS;
-  await publishAtRate(js, rate, warm, "warm", false);
-  const total = rate * seconds;
-  await publishAtRate(js, rate, total, "lag", true);
-  await timeUntilFull(ncb, "DST", already + warm + total, 120_000);
-  const lags: number[] = [];
-  const consumer = await jetstream(ncb).consumers.get("DST", { deliver_policy: DeliverPolicy.All });
-  const iter = await consumer.consume();
-  for await (const m of iter) {
-    const sentAt = Number(m.headers?.get("Bench-Sent"));
-    if (sentAt > 0) lags.push(m.info.timestampNanos / 1e6 - sentAt); // not a warm-up message
-    if (m.info.pending === 0) break;
-  }
-  await iter.close();
-  return lags.sort((x, y) => x - y);
-}
-
-/** Seconds of unmeasured traffic at the lag rate before the measured seconds. */
-const LAG_WARM_UP_SECONDS = 3;
-
-/** Publishes `count` messages at `rate` msgs/s (ids `<prefix>-<n>`); `stamped`: with the send time in `Bench-Sent`. */
-async function publishAtRate(js: ReturnType<typeof jetstream>, rate: number, count: number, prefix: string, stamped: boolean): Promise<void> {
-  const tickMs = 10;
-  const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
-  const started = Date.now();
-  const acks: Promise<unknown>[] = [];
-  for (let sent = 0; sent < count; ) {
-    const due = started + (sent / rate) * 1000;
-    const wait = due - Date.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    for (let i = 0; i < perTick && sent < count; i++, sent++) {
-      const h = headers();
-      h.set("Nats-Msg-Id", `${prefix}-${sent}`);
-      if (stamped) h.set("Bench-Sent", String(Date.now()));
-      acks.push(js.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h }));
-    }
-  }
-  await Promise.all(acks);
-}
-
-const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? NaN;
+let probeRuns = 0;
 
 async function lagRow(servers: LocalBackend, name: string, kind: "native" | "relay", oneWayMs: number, rate: number, seconds: number): Promise<TopologyRow> {
   const r = await twoClusters(servers, oneWayMs, kind === "native");
@@ -195,12 +153,14 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
   let proc: RelayProcess | undefined;
   try {
     await addStream(nca, "SRC", ["src.>"], R3);
+    const probeOut = join(tmpdir(), `lag-probe-${process.pid}-${++probeRuns}.json`);
     if (kind === "native") {
       await leafnodesUp(r.b);
       await addStream(ncb, "DST", [], { ...R3, sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
     } else {
       await addStream(ncb, "DST", ["src.>"], R3);
-      proc = startRelay(r, await relayConfig(r));
+      // BENCH_LAG_PROBE=0: without bench/lag-probe.mjs (what the probe itself costs the relay).
+      proc = startRelay(r, await relayConfig(r), process.env.BENCH_LAG_PROBE === "0" ? undefined : probeOut);
       // Live before the clock starts: the link has placed its consumer and relayed a first message.
       const warm = headers();
       warm.set("Nats-Msg-Id", "warm-up");
@@ -209,8 +169,16 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       // until it has read the stream again (up to a poll), and the measurement would start with that.
       await timeUntilFull(ncb, "DST", 1, 60_000);
     }
-    const lags = await measureLag(nca, ncb, rate, seconds, kind === "relay" ? 1 : 0);
-    return { name, lagP50Ms: quantile(lags, 0.5), lagP99Ms: quantile(lags, 0.99) };
+    const relayThread = schedMeter(proc?.pid, proc?.pid ?? "all");
+    const samples = await measureLag(nca, ncb, rate, seconds, kind === "relay" ? 1 : 0);
+    const thread = relayThread();
+    if (proc) {
+      proc.signal("SIGTERM"); // the probe writes its file at exit
+      await proc.exited;
+      proc = undefined;
+    }
+    const lag = { ...analyse(samples, readProbe(probeOut)), ...(thread ? { relayThread: thread } : {}) };
+    return { name, lagP50Ms: lag.p50, lagP99Ms: lag.p99, lag };
   } finally {
     if (proc) {
       proc.signal("SIGTERM");
@@ -229,6 +197,8 @@ export interface TopologyOptions {
   readonly oneWayMs: readonly number[];
   readonly lagRate: number;
   readonly lagSeconds: number;
+  /** Rates of the loopback lag rows (no WAN); empty: none. */
+  readonly lagLoopbackRates: readonly number[];
   /** Runs of each row, in rotation within its group: the median is shown (a shared machine is noisy). */
   readonly runs: number;
   /** r3-wan: only the default link settings (not the variants with other acks or caps). */
@@ -262,6 +232,17 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
   const rotation = (rows: readonly (() => Promise<TopologyRow>)[]) => inRotation(o.runs, rows);
   if (o.only.has("r3")) {
     add(await rotation([() => nativeRow(servers, "R3 loopback: native sourcing", o.count, 0), () => relayRow(servers, "R3 loopback: relay", o.count, 0)]));
+  }
+  if (o.only.has("lag")) {
+    // Loopback: no WAN at all, at each rate of lagLoopbackRates.
+    for (const rate of o.lagLoopbackRates) {
+      add(
+        await rotation([
+          () => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds),
+          () => lagRow(servers, `lag at ${rate}/s, R3 loopback: relay`, "relay", 0, rate, o.lagSeconds),
+        ]),
+      );
+    }
   }
   for (const oneWayMs of o.oneWayMs) {
     const rtt = `${2 * oneWayMs} ms RTT`;
@@ -312,7 +293,19 @@ export function printTopology(groups: readonly TopologyRow[][]): void {
         console.log(`${r.name.padEnd(52)}${Math.round(r.msgsPerSec).toString().padStart(10)} msgs/s  ${ratio}x native${cpu}${rss}`);
       } else {
         const ratio = native.lagP99Ms ? ((r.lagP99Ms ?? NaN) / native.lagP99Ms).toFixed(2) : "-";
-        console.log(`${r.name.padEnd(52)}lag p50 ${(r.lagP50Ms ?? NaN).toFixed(0).padStart(6)} ms, p99 ${(r.lagP99Ms ?? NaN).toFixed(0).padStart(6)} ms  (p99 ${ratio}x native)`);
+        const goal = Math.max(1.2 * (native.lagP99Ms ?? NaN), (native.lagP99Ms ?? NaN) + 25);
+        const vs = r === native ? "" : `, goal <= ${goal.toFixed(0)} ms: ${(r.lagP99Ms ?? NaN) <= goal ? "met" : "NOT met"}`;
+        console.log(`${r.name.padEnd(52)}lag p50 ${(r.lagP50Ms ?? NaN).toFixed(0).padStart(6)} ms, p99 ${(r.lagP99Ms ?? NaN).toFixed(0).padStart(6)} ms  (p99 ${ratio}x native${vs})`);
+        const w = r.lag?.worst;
+        if (w) {
+          console.log(
+            `${"".padEnd(6)}max ${r.lag?.max.toFixed(0)} ms; worst 1-s window (second ${w.at}): max ${w.max.toFixed(0)} ms, p99 ${w.p99.toFixed(0)} ms, mean ${w.mean.toFixed(0)} ms = ` +
+              `${(w.max / w.median).toFixed(2)}x the run's median lag (goal <= 3x: ${w.max <= 3 * w.median ? "met" : "NOT met"})`,
+          );
+        }
+        const t = r.lag?.relayThread;
+        if (t) console.log(`${"".padEnd(6)}relay event loop over the run: on a CPU ${t.ranPct.toFixed(0)} % of the time, runnable but waiting for a CPU ${t.waitedPct.toFixed(0)} %`);
+        if (r.lag?.steps) printSteps(r.lag.steps);
       }
     }
   }

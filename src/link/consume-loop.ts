@@ -101,6 +101,8 @@ export class ConsumeLoop {
   private manager: JetStreamManager | undefined;
   private messages: ConsumerMessages | undefined;
   private deliveries = 0;
+  /** Cursors placed (a pass of the loop that reached its consumer). */
+  private placements = 0;
   private readonly order: DeliveryOrder;
   /** Where the link first started in this process (startAt), for a consumer lost before it has a record. */
   private readonly start = new LinkStart();
@@ -124,6 +126,11 @@ export class ConsumeLoop {
   /** Deliveries received (progress for the stall watch). */
   get delivered(): number {
     return this.deliveries;
+  }
+
+  /** Grows with every delivery and every cursor placed (the checkpoint's sign that the position may have moved). */
+  get activity(): number {
+    return this.deliveries + this.placements;
   }
 
   /** Stops the current pull: the loop acts on whatever asked for it before it pulls again. */
@@ -201,6 +208,7 @@ export class ConsumeLoop {
         // The next delivery must be the one after what the consumer has delivered (1 for a new or
         // moved cursor): anything later means deliveries went elsewhere, and they go first.
         this.order.placed(position.info.delivered.consumer_seq);
+        this.placements++;
         if (position.repositioned) pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
         inspector.placed({ startSeq: position.startSeq, created: position.created, deliveredStreamSeq: position.info.delivered.stream_seq, skippedTo: position.skippedTo });
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.

@@ -38,7 +38,6 @@ import { LinkAudit } from "../audit/link-audit.js";
 
 import type { LinkDeps } from "./link-deps.js";
 export type { LinkOwnership, LinkStatus } from "./link-status.js";
-export type { LinkDeps };
 
 /**
  * One directed link (DESIGN §2): a durable pull consumer on the source stream feeding a Pipeline that
@@ -317,6 +316,7 @@ export class Link {
       sourceCreatedMs: () => this.sourceStream.ref().createdMs,
       working: () => deps.lease.valid() && !this.ownership.standby && !this.resyncs.running && this.state.state !== "failed",
       progress: () => this.pipeline.highestStoredSourceSeq,
+      activity: () => this.loop.activity,
     };
     this.checkpoint = deps.positions && new CheckpointWriter(deps, deps.positions, view);
     this.audit = deps.positions && new LinkAudit({ ...deps, sourceDomain: deps.sourceRegion.domain, positions: deps.positions, link: view });
