@@ -34,6 +34,8 @@ test("a link at rest checks its checkpoint every IDLE_CHECK_EVERY ticks; a deliv
     },
     explicitStart: () => Promise.resolve(undefined),
     startApplied: () => Promise.resolve(),
+    auditState: () => Promise.resolve(undefined),
+    writeAuditState: () => Promise.resolve(1),
   };
   let tick: () => void = () => assert.fail("not started");
   let activity = 0;
