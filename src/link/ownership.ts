@@ -18,7 +18,7 @@ export interface HeldMessages {
 }
 
 export interface OwnershipDeps {
-  readonly lease: Pick<LinkLease, "valid" | "holder" | "resumed" | "acquired" | "setEligible" | "release" | "start">;
+  readonly lease: Pick<LinkLease, "valid" | "holder" | "resumed" | "acquired" | "setEligible" | "release" | "start" | "leaseRevision">;
   readonly pipeline: HeldMessages;
   /** The source connection (acks) and the destination's (publishes): flushed before the lease goes. */
   readonly source: Pick<NatsConnection, "flush">;
@@ -116,22 +116,33 @@ export class Ownership {
   /**
    * Waits until this relay owns the link (at once when no other relay of the group does); false when
    * the link stops meanwhile. A new owner then places the cursor with ordered recovery, so a takeover
-   * relays what the previous owner held first.
+   * relays what the previous owner held first. A lease that was never lost but lapsed for a moment (a
+   * renewal answered after its deadline, a member session renewed late: `valid()` false, then true
+   * again under the same lease revision) is no acquisition: the wait ends when it holds again.
    */
   async holdLease(): Promise<boolean> {
     const { lease, pipeline } = this.deps;
     if (lease.valid()) return true;
     this.waiting = true;
     this.deps.events.refreshState();
+    const lapsedRevision = lease.leaseRevision;
     // Another relay took the link while this one waited: what this one holds is that relay's now.
+    let back: (() => void) | undefined;
+    const heldAgain = new Promise<"held-again">((resolve) => (back = () => resolve("held-again")));
     const watch = setInterval(() => {
       if (lease.holder !== undefined && pipeline.size > 0) void this.dropHeld(`relay ${lease.holder} owns the link now`);
-    }, 500);
+      if (lapsedRevision !== undefined && lease.valid() && lease.leaseRevision === lapsedRevision) back?.();
+    }, 250);
     try {
-      const leaseRevision = await lease.acquired(this.deps.signal);
+      const outcome = await Promise.race([lease.acquired(this.deps.signal), heldAgain]);
+      if (outcome === "held-again") {
+        pipeline.resume();
+        this.deps.logger.info({ leaseRevision: lapsedRevision }, "link lease holds again (it lapsed for a moment and was never lost): this relay goes on");
+        return true;
+      }
       if (!lease.resumed && pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
       pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
-      this.deps.logger.info({ leaseRevision, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
+      this.deps.logger.info({ leaseRevision: outcome, resumed: lease.resumed }, "link lease acquired: this relay owns the link");
       // Taken from another relay (not its own lease back): at work at once, whatever the last reading said.
       this.tookOverNow = !lease.resumed;
       return true;
