@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import type { TestContext } from "node:test";
-import { withServers } from "../helpers/servers.js";
+import { deferrals, withServers } from "../helpers/servers.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import type { NatsConnection } from "@nats-io/nats-core";
@@ -184,7 +184,7 @@ async function startRelayWithoutWaiting(t: Parameters<typeof withServers>[0], ya
     ready: () => relay.readiness(),
   });
   const url = `http://127.0.0.1:${await http.start()}`;
-  t.after(async () => {
+  deferrals(t)(async () => {
     await relay.stop(AbortSignal.timeout(5_000));
     await http.stop();
   });
