@@ -15,6 +15,7 @@ import {
   assertExactlyOnce,
   assertInOrder,
   publishIds,
+  TEST_GROUP,
   twoRegions,
   waitForCount,
 } from "../helpers/scenario.js";
@@ -54,6 +55,7 @@ ${l.extra ?? ""}`,
 links:
 ${body}
 ${topLevel.includes("log:") ? "" : "log: { level: info }"}
+${topLevel.includes("group:") ? "" : TEST_GROUP}
 shutdown: { grace: 10s }
 ${topLevel}
 `;
