@@ -5,7 +5,7 @@ import { withServers } from "../helpers/servers.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
+import { DEFAULT_GROUP, linkYaml, publishIds, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow, scaled } from "./checker.js";
 
 /**
@@ -40,6 +40,8 @@ test("destination stream leader killed mid-transfer, Redis guard with versions: 
     linkYaml({
       regions: { a: [a.url], b: cluster.urls },
       links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: guard }],
+      // The group bucket lives in the cluster whose node is killed: the default lease, as the scenario was written.
+      extra: DEFAULT_GROUP,
     }),
     "b",
   );

@@ -6,7 +6,7 @@ import { withServers } from "../helpers/servers.js";
 import { check } from "../helpers/check.js";
 import { createStream, publishMany } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
-import { twoRegions, waitForCount } from "../helpers/scenario.js";
+import { TEST_GROUP, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 import { watch } from "./process-harness.js";
 
@@ -25,6 +25,7 @@ links:
     publishTimeout: 2s
 ${guard}http: { listen: "127.0.0.1:0" }
 log: { level: info }
+${TEST_GROUP}
 `;
 }
 

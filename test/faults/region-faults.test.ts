@@ -1,12 +1,12 @@
 import { test } from "node:test";
 import type { TestContext } from "node:test";
-import { withServers } from "../helpers/servers.js";
+import { deferrals, withServers } from "../helpers/servers.js";
 import { check, uniqueName } from "../helpers/check.js";
 import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import type { NatsConnection } from "@nats-io/nats-core";
 import assert from "node:assert/strict";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
+import { DEFAULT_GROUP, linkYaml, publishIds, waitForCount, twoRegions } from "../helpers/scenario.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { parseConfigText } from "../../src/config/load.js";
 import { createLogger } from "../../src/observability/logger.js";
@@ -40,6 +40,8 @@ test("destination is a 3-node cluster whose stream leader is killed mid-transfer
     linkYaml({
       regions: { a: [a.url], b: cluster.urls },
       links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }],
+      // The group bucket lives in the cluster whose node is killed: the default lease, as the scenario was written.
+      extra: DEFAULT_GROUP,
     }),
     "b",
     { http: true },
@@ -100,6 +102,8 @@ for (const side of ["source", "destination"] as const) {
       linkYaml({
         regions: { a: [a.url], b: [b.url] },
         links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }],
+        // Region b holds the group bucket: taking it away runs with the default lease, as the scenario was written.
+        ...(side === "destination" ? { extra: DEFAULT_GROUP } : {}),
       }),
       "b",
       { http: true },
@@ -184,7 +188,7 @@ async function startRelayWithoutWaiting(t: Parameters<typeof withServers>[0], ya
     ready: () => relay.readiness(),
   });
   const url = `http://127.0.0.1:${await http.start()}`;
-  t.after(async () => {
+  deferrals(t)(async () => {
     await relay.stop(AbortSignal.timeout(5_000));
     await http.stop();
   });

@@ -20,7 +20,7 @@ import { check, uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
 import { connectTo, createStream, publishMany, readStream, streamCount } from "../helpers/streams.js";
 import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/relays.js";
-import { linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { DEFAULT_GROUP, linkYaml, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { startTcpProxy } from "../helpers/tcp-proxy.js";
 import { startGate } from "../helpers/tcp-gate.js";
 import type { NatsCluster, NatsNode } from "../helpers/types.js";
@@ -132,7 +132,8 @@ for (const how of ["kill", "pause"] as const) {
       const guard = guarded
         ? `    guard: { redis: { url: "${(await r.servers.startRedis({ appendonly: true })).url}" } }\n`
         : "";
-      const { relay, url } = await startRelay(t, r.yaml(guard), "b", { http: true });
+      // The group bucket lives in region b, which the fault takes away: the default lease, as the scenario was written.
+      const { relay, url } = await startRelay(t, r.yaml(guard, DEFAULT_GROUP), "b", { http: true });
       const live = watch(t, url);
       const load = startLoad(r.nca, r.src, {
         total: scaled(5_000, 50_000),
@@ -194,6 +195,8 @@ test(
     const yaml = linkYaml({
       regions: { a: [r.a.url], b: [`nats://127.0.0.1:${proxy.port}`] },
       links: [{ name: LINK, from: "a", fromStream: r.src, to: "b", toStream: r.dst }],
+      // The group bucket lives in region b, which the cut takes away: the default lease, as the scenario was written.
+      extra: DEFAULT_GROUP,
     });
     const { relay, url } = await startRelay(t, yaml, "b", { http: true });
     const live = watch(t, url);

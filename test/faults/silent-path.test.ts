@@ -7,6 +7,7 @@ import { LocalBackend } from "../helpers/local-backend.js";
 import { startBlackHoleProxy } from "../helpers/blackhole-proxy.js";
 import { connectTo, createStream, streamCount } from "../helpers/streams.js";
 import { startRelay } from "../helpers/relays.js";
+import { deferrals } from "../helpers/teardown.js";
 import { linkYaml } from "../helpers/scenario.js";
 import { assertDelivery, checkDelivery, readSource, recordRow } from "./checker.js";
 import { mergeLiveness, settled, watch, withReport } from "./process-harness.js";
@@ -26,10 +27,10 @@ const RATE = 200;
 
 async function region(t: TestContext) {
   const servers = new LocalBackend();
-  t.after(() => servers.cleanup());
+  deferrals(t)(() => servers.cleanup());
   const [a, b] = await Promise.all([servers.startNatsCluster({ size: 3, node: () => ({ noAdvertise: true }) }), servers.startNats()]);
   const proxies = await Promise.all(a.nodes.map((n) => startBlackHoleProxy({ port: n.port })));
-  t.after(() => Promise.all(proxies.map((p) => p.close())));
+  deferrals(t)(() => Promise.all(proxies.map((p) => p.close())));
   const src = uniqueName("SRC");
   const dst = uniqueName("DST");
   const nca = await connectTo(t, a.urls);
@@ -147,12 +148,12 @@ test("the node leading the source consumer SIGSTOPped for 20 s while every conne
 
 test("black hole on the path to the destination node the owner uses, a group of two relays: flow resumes within 10 s, never two owners; every id once, in order", async (t) => {
   const servers = new LocalBackend();
-  t.after(() => servers.cleanup());
+  deferrals(t)(() => servers.cleanup());
   const [a, b] = await Promise.all([servers.startNats(), servers.startNatsCluster({ size: 3, node: () => ({ noAdvertise: true }) })]);
   // Each relay reaches region b through proxies of its own, one per node.
   const proxiesOf = () => Promise.all(b.nodes.map((n) => startBlackHoleProxy({ port: n.port })));
   const [p1, p2] = await Promise.all([proxiesOf(), proxiesOf()]);
-  t.after(() => Promise.all([...p1, ...p2].map((p) => p.close())));
+  deferrals(t)(() => Promise.all([...p1, ...p2].map((p) => p.close())));
   const src = uniqueName("SRC");
   const dst = uniqueName("DST");
   const nca = await connectTo(t, a.url);

@@ -8,7 +8,8 @@ import { check } from "./check.js";
 import type { LocalProcess } from "./local-process.js";
 import { freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
 import { redisServerProcess } from "./local-redis.js";
-import type { HasAfter } from "./servers.js";
+import { deferrals } from "./teardown.js";
+import type { HasAfter } from "./teardown.js";
 
 /**
  * Local redis-server processes beyond the single node of LocalBackend: a Redis Cluster (masters,
@@ -54,7 +55,7 @@ export class LocalRedisServer {
   client(t: HasAfter): Redis {
     const c = new Redis(this.url, { lazyConnect: false, maxRetriesPerRequest: 1 });
     c.on("error", () => undefined); // a test may kill the node under it
-    t.after(() => c.disconnect());
+    deferrals(t)(() => c.disconnect());
     return c;
   }
 }
@@ -66,7 +67,7 @@ class ServerSet {
   private readonly bin = requireBinary("redis-server", "redis-server");
 
   constructor(t: HasAfter) {
-    t.after(() => this.cleanup());
+    deferrals(t)(() => this.cleanup());
   }
 
   async start(opts: LocalRedisServerOptions & { port?: number } = {}): Promise<LocalRedisServer> {
@@ -143,7 +144,7 @@ export async function startRedisCluster(
     }
     return c;
   };
-  t.after(() => admin.forEach((c) => c.disconnect()));
+  deferrals(t)(() => admin.forEach((c) => c.disconnect()));
   const running = () => nodes.filter((n) => n.running);
 
   /** CLUSTER NODES of a running node: per node its port, flags and slot ranges. */

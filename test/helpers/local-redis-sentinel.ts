@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { check } from "./check.js";
 import { LocalProcess, freePort, requireBinary, trackTempDir, untrackTempDir } from "./local-process.js";
-import type { HasAfter } from "./servers.js";
+import { deferrals } from "./teardown.js";
+import type { HasAfter } from "./teardown.js";
 
 /**
  * A Redis primary, its replicas and a set of Sentinels as local processes, every one of them behind
@@ -74,7 +75,7 @@ export class LocalSentinelSet {
   /** Starts the primary, its replicas (in sync) and the Sentinels (each knowing the others). Stopped when `t` ends. */
   static async start(t: HasAfter, opts: SentinelSetOptions): Promise<LocalSentinelSet> {
     const set = new LocalSentinelSet(opts);
-    t.after(() => set.cleanup());
+    deferrals(t)(() => set.cleanup());
     await set.boot();
     return set;
   }

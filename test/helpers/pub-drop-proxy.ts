@@ -1,6 +1,7 @@
 import { createServer, connect } from "node:net";
 import type { AddressInfo, Socket } from "node:net";
-import type { HasAfter } from "./servers.js";
+import { deferrals } from "./teardown.js";
+import type { HasAfter } from "./teardown.js";
 
 /**
  * A TCP proxy on 127.0.0.1 in front of one NATS server that reads the client's protocol frame by frame
@@ -67,7 +68,7 @@ export async function startPubDropProxy(t: HasAfter, targetPort: number): Promis
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => resolve());
   });
-  t.after(
+  deferrals(t)(
     () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

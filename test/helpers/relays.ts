@@ -11,6 +11,7 @@ import { Relay } from "../../src/relay/relay.js";
 import { HttpServer } from "../../src/observability/http-server.js";
 import { check } from "./check.js";
 import { linesWithDuplicateKeys } from "./log-lines.js";
+import { deferrals } from "./teardown.js";
 
 export const REPO_ROOT = new URL("../..", import.meta.url).pathname;
 
@@ -40,7 +41,8 @@ async function keepLogs(testName: string, region: string, logs: LogSink): Promis
 }
 
 /**
- * An in-process relay with its own registry and logger, stopped when the test ends. `opts.gaps`: the
+ * An in-process relay with its own registry and logger, stopped when the test ends: on its teardown stack
+ * (teardown.ts), so before the servers and connections the test started earlier. `opts.gaps`: the
  * test makes the source delete messages the relay has not relayed (else a gap reported fails it).
  */
 export async function startRelay(
@@ -59,7 +61,7 @@ export async function startRelay(
     http = new HttpServer({ host: "127.0.0.1", port: 0, registry: relay.registry, status: () => relay.status(), ready: () => relay.readiness() });
     url = `http://127.0.0.1:${await http.start()}`;
   }
-  t.after(async () => {
+  deferrals(t)(async () => {
     await relay.stop(AbortSignal.timeout(5_000));
     await http?.stop();
     await keepLogs(t.name ?? "relay", region, logs);
@@ -168,7 +170,7 @@ export function spawnRelay(
   opts: { gaps?: boolean } = {},
 ): RelayProcess {
   const p = new RelayProcess(args, env);
-  t.after(async () => {
+  deferrals(t)(async () => {
     await p.stop();
     assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`, opts.gaps);
   });

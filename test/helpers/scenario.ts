@@ -6,6 +6,21 @@ import type { HasAfter } from "./servers.js";
 import { connectTo, createStream, exactlyOnce, publishMany, readStream, streamCount } from "./streams.js";
 import type { NatsNode, ServerBackend } from "./types.js";
 
+/**
+ * The group settings `linkYaml` writes when its `extra` has no `group:` section of its own. Every test's
+ * servers are new, so each relay start meets a group bucket younger than `group.lease` and takes no
+ * lease until the bucket is that old (lease-contender.ts `youngBucket`, relay_lease_holdoffs_total):
+ * with the default 5 s lease, 5 s per relay start. A test that is not about leases runs with this shorter
+ * one: 3 s, renewed every 500 ms, so an owner still outlives a renewal 2 s late (a busy machine); with
+ * 2 s a test process relaying 20,000 messages lost a lease at a load of 12 on 2 cores. A test about
+ * leases, their timing or the hold-off, or one that takes the bucket's region away or witnesses "not
+ * restarted" by a lease, writes its own `group:` section (`DEFAULT_GROUP`: the defaults).
+ */
+export const TEST_GROUP = "group: { lease: 3s, renew: 500ms }";
+
+/** The defaults written out (group.lease 5 s, group.renew 1 s), for tests whose reasoning rests on them. */
+export const DEFAULT_GROUP = "group: { lease: 5s, renew: 1s }";
+
 export function linkYaml(opts: {
   regions: Record<string, readonly string[]>;
   links: readonly { name: string; from: string; fromStream: string; to: string; toStream: string; extra?: string }[];
@@ -24,9 +39,10 @@ export function linkYaml(opts: {
 ${/^\s*audit:/m.test(l.extra ?? "") ? "" : "    audit: { after: 2s }\n"}${l.extra ?? ""}`,
     )
     .join("\n");
-  // `extra` may bring its own top-level log section.
+  // `extra` may bring its own top-level log and group sections.
   const log = /^log:/m.test(opts.extra ?? "") ? "" : "log: { level: info }\n";
-  return `regions:\n${regions}\nlinks:\n${links}\n${opts.extra ?? ""}\n${log}shutdown: { grace: 10s }\n`;
+  const group = /^group:/m.test(opts.extra ?? "") ? "" : `${TEST_GROUP}\n`;
+  return `regions:\n${regions}\nlinks:\n${links}\n${opts.extra ?? ""}\n${log}${group}shutdown: { grace: 10s }\n`;
 }
 
 /**

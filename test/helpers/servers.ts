@@ -4,6 +4,11 @@ import { existsSync } from "node:fs";
 import { findBinary } from "./local-process.js";
 import { natsServerBin } from "./nats-version.js";
 import type { ServerBackend } from "./types.js";
+import { deferrals } from "./teardown.js";
+import type { HasAfter } from "./teardown.js";
+
+export { deferrals } from "./teardown.js";
+export type { HasAfter } from "./teardown.js";
 
 /**
  * The backend tests should use, picked by environment:
@@ -28,22 +33,9 @@ function dockerEngineLikely(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env.DOCKER_HOST) || existsSync("/var/run/docker.sock");
 }
 
-/** Anything with node:test's `after` hook: a TestContext (`t`), a SuiteContext, or `{ after }` itself. */
-export interface HasAfter {
-  after(fn: () => unknown): void;
-}
-
-/** Teardowns registered as a test goes, run last-in first-out when it ends (node:test runs `after` hooks first-in first-out). */
-export function deferrals(t: HasAfter): (fn: () => unknown) => void {
-  const fns: (() => unknown)[] = [];
-  t.after(async () => {
-    for (const fn of fns.reverse()) await fn();
-  });
-  return (fn) => fns.push(fn);
-}
-
 /**
- * Creates a backend whose servers are all stopped and deleted when `t` finishes:
+ * Creates a backend whose servers are all stopped and deleted when `t` finishes (on its teardown
+ * stack: after whatever was started on them later with the same `t`, relays and connections):
  *
  *   import { after } from "node:test";
  *   const servers = withServers({ after });
@@ -51,6 +43,6 @@ export function deferrals(t: HasAfter): (fn: () => unknown) => void {
  */
 export function withServers(t: HasAfter): ServerBackend {
   const backend = createBackend();
-  t.after(() => backend.cleanup());
+  deferrals(t)(() => backend.cleanup());
   return backend;
 }

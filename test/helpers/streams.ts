@@ -3,15 +3,16 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, RetentionPolicy,
 import type { StreamConfig } from "@nats-io/jetstream";
 import type { NatsConnection, MsgHdrs } from "@nats-io/nats-core";
 import { headers as createHeaders, nanos } from "@nats-io/nats-core";
+import { deferrals } from "./teardown.js";
 
-/** A test's own client connection; closed when the test ends. */
+/** A test's own client connection; closed when the test ends (on its teardown stack: before its servers stop). */
 export async function connectTo(
   t: { after(fn: () => unknown): void },
   servers: string | readonly string[],
   extra: Record<string, unknown> = {},
 ): Promise<NatsConnection> {
   const nc = await connect({ servers: typeof servers === "string" ? servers : [...servers], maxReconnectAttempts: -1, reconnectTimeWait: 200, ...extra });
-  t.after(() => nc.close());
+  deferrals(t)(() => nc.close());
   return nc;
 }
 

@@ -1,6 +1,7 @@
 import { createServer, connect } from "node:net";
 import type { AddressInfo, Socket } from "node:net";
-import type { HasAfter } from "./servers.js";
+import { deferrals } from "./teardown.js";
+import type { HasAfter } from "./teardown.js";
 
 /**
  * A forwarder on a fixed loopback port that can refuse connections for a while. tcp-proxy.ts drops
@@ -43,7 +44,7 @@ export async function startGate(
     sockets.clear();
     await closed;
   };
-  t.after(refuse);
+  deferrals(t)(refuse);
   return {
     port,
     refuse,

@@ -2,10 +2,12 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { check } from "../helpers/check.js";
 import { startRelay } from "../helpers/relays.js";
-import { assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { assertInOrder, DEFAULT_GROUP, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 
 test("two relays of a region: one owns the link, the other is standby (and ready); on SIGTERM-like stop the standby takes over at once, in order", async (t) => {
-  const { src, dst, nca, ncb, yaml } = await twoRegions(t);
+  const { src, dst, nca, ncb, yaml: yamlWith } = await twoRegions(t);
+  // The defaults: a standby that waited for the lease to expire would take >= 5 s (asserted below).
+  const yaml = () => yamlWith("", DEFAULT_GROUP);
   const first = await startRelay(t, yaml(), "b");
   await check(() => first.relay.status().links[0]?.state === "live", { name: "first relay owns the link and is live", timeoutMs: 20_000 });
   const second = await startRelay(t, yaml(), "b");

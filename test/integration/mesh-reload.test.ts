@@ -7,7 +7,7 @@ import { uniqueName } from "../helpers/check.js";
 import { withServers } from "../helpers/servers.js";
 import { connectTo, createStream } from "../helpers/streams.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { assertExactlyOnce, publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, publishIds, TEST_GROUP, waitForCount } from "../helpers/scenario.js";
 
 /**
  * A mesh declared in a few lines (README/docs "Meshes"), and a region added to it by a reload: every
@@ -33,6 +33,7 @@ meshes:
     streams: [${stream}]
     link: { ackWait: 5s, publishTimeout: 2s }
 log: { level: info }
+${TEST_GROUP}
 shutdown: { grace: 10s }
 `;
   const three = ["a", "b", "c"];

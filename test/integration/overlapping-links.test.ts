@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { check, uniqueName } from "../helpers/check.js";
 import { startRelay } from "../helpers/relays.js";
-import { publishIds, waitForCount } from "../helpers/scenario.js";
+import { publishIds, TEST_GROUP, waitForCount } from "../helpers/scenario.js";
 import { withServers } from "../helpers/servers.js";
 import { connectTo, createStream, exactlyOnce, readStream } from "../helpers/streams.js";
 
@@ -29,7 +29,7 @@ test("two links from one source with overlapping rewritten subjects: a re-create
     publishTimeout: 2s
 `;
   const yaml = (...links: string[]) =>
-    `regions:\n  a: { servers: ["${a.url}"] }\n  b: { servers: ["${b.url}"] }\nlinks:\n${links.join("")}log: { level: info }\nshutdown: { grace: 10s }\n`;
+    `regions:\n  a: { servers: ["${a.url}"] }\n  b: { servers: ["${b.url}"] }\nlinks:\n${links.join("")}log: { level: info }\n${TEST_GROUP}\nshutdown: { grace: 10s }\n`;
   const both = yaml(link("x-link", "x"), link("y-link", "y"));
   // Interleaved in the source: x-i and y-i take turns, so each link's source seqs lie between the other's.
   const publish = async (from: number, count: number) => {

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { check, uniqueName } from "../helpers/check.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { linkYaml, waitForCount } from "../helpers/scenario.js";
+import { DEFAULT_GROUP, linkYaml, waitForCount } from "../helpers/scenario.js";
 import { withServers } from "../helpers/servers.js";
 import { connectTo, createStream, publishMany } from "../helpers/streams.js";
 import { startThrottleProxy } from "../helpers/throttle-proxy.js";
@@ -37,6 +37,8 @@ test("a window of 1 MiB messages (inFlightBytes 1GiB) does not delay lease renew
   const yaml = linkYaml({
     regions: { a: [a.url], b: [`nats://127.0.0.1:${uplink.port}`] },
     links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    batchSize: 100\n    inFlight: 2000\n    inFlightBytes: 1GiB\n" }],
+    // The default lease and renewal (1 s): what the renewals must keep up with during the catch-up.
+    extra: DEFAULT_GROUP,
   }).replace("publishTimeout: 2s", "publishTimeout: 60s");
   const { relay, logs } = await startRelay(t, yaml, "b", { http: true });
   const transitions = async () => {

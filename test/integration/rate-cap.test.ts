@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { parseConfigText } from "../../src/config/load.js";
 import { check } from "../helpers/check.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
-import { assertExactlyOnce, assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, assertInOrder, DEFAULT_GROUP, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { publishMany } from "../helpers/streams.js";
 
 /**
@@ -18,7 +18,9 @@ const BACKLOG = 2_000 * (SECONDS + 5);
 test(`a 2,000 msgs/s cap holds within 10 % over ${SECONDS} s of a ${BACKLOG}-message backlog; a reload changes the cap without a restart; every id once, in order`, async (t) => {
   const r = await twoRegions(t);
   const ids = await publishIds(r.nca, r.src, "m", BACKLOG);
-  const yaml = (cap: string) => r.yaml(`    maxRate: ${cap}\n`);
+  // The lease transitions witness that a reload did not restart the link: the default lease, so that a
+  // busy machine (a renewal late past a short lease) cannot pass for a restart.
+  const yaml = (cap: string) => r.yaml(`    maxRate: ${cap}\n`, DEFAULT_GROUP);
   const started = performance.now();
   const { relay } = await startRelay(t, yaml('{ messages: "2000/s" }'), "b");
   const relayed = () => metricValue(relay, "relay_messages_total", { link: "a-to-b", outcome: "relayed" });
@@ -62,7 +64,7 @@ test(`a 2,000 msgs/s cap holds within 10 % over ${SECONDS} s of a ${BACKLOG}-mes
   assert.deepEqual(await leases(), leasesBefore, "the same running link: its lease was neither released nor taken again");
 
   // The cap removed, in place: the rest of the backlog goes at the link's own pace.
-  const removed = await relay.reload(parseConfigText(r.yaml(), "test.yaml"));
+  const removed = await relay.reload(parseConfigText(r.yaml("", DEFAULT_GROUP), "test.yaml"));
   assert.deepEqual(removed.retuned, ["a-to-b"]);
   assert.equal(relay.status().links[0]?.window?.maxRate, undefined);
   await waitForCount(r.ncb, r.dst, ids.length, 30_000, "every message");

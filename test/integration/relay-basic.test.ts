@@ -1,6 +1,6 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { test } from "node:test";
-import { twoRegions } from "../helpers/scenario.js";
+import { TEST_GROUP, twoRegions } from "../helpers/scenario.js";
 import assert from "node:assert/strict";
 import { check } from "../helpers/check.js";
 import { publishMany, readStream, streamCount } from "../helpers/streams.js";
@@ -19,6 +19,7 @@ links:
     inFlight: 1024
 ${extra}
 log: { level: info }
+${TEST_GROUP}
 `;
 }
 

@@ -14,7 +14,9 @@ import { metricValue, spawnRelay, startRelay, writeConfig } from "../helpers/rel
 import {
   assertExactlyOnce,
   assertInOrder,
+  DEFAULT_GROUP,
   publishIds,
+  TEST_GROUP,
   twoRegions,
   waitForCount,
 } from "../helpers/scenario.js";
@@ -54,6 +56,7 @@ ${l.extra ?? ""}`,
 links:
 ${body}
 ${topLevel.includes("log:") ? "" : "log: { level: info }"}
+${topLevel.includes("group:") ? "" : TEST_GROUP}
 shutdown: { grace: 10s }
 ${topLevel}
 `;
@@ -118,7 +121,9 @@ test("SIGHUP adding a link under load: the new link relays, the running one does
     extra: "    batchSize: 200\n    inFlight: 512\n",
   };
   const added: LinkSpec = { name: "a-to-b-2", src: second.src, dst: second.dst };
-  const http = 'http: { listen: "127.0.0.1:0" }';
+  // The lease revision witnesses that a link was not restarted: the default lease, so that a busy machine
+  // (a renewal late past a short lease) cannot pass for a restart.
+  const http = `http: { listen: "127.0.0.1:0" }\n${DEFAULT_GROUP}`;
   const path = await writeConfig(configYaml(r, [first], http));
   const relay = spawnRelay(t, ["run", "--config", path, "--region", "b"]);
   const url = await relay.httpUrl();
@@ -201,8 +206,10 @@ test("changing a link's to.subject restarts only that link; removing a link drai
   const pair = await streamPair(r, ["moved.>"]);
   const one: LinkSpec = { name: "one", src: r.src, dst: r.dst };
   const two: LinkSpec = { name: "two", src: pair.src, dst: pair.dst };
-  const { relay, logs } = await startRelay(t, configYaml(r, [one, two]), "b");
-  const reload = (links: LinkSpec[]) => relay.reload(parseConfigText(configYaml(r, links), "test.yaml"));
+  // The lease revision witnesses that a link was not restarted: the default lease, so that a busy machine
+  // (a renewal late past a short lease) cannot pass for a restart.
+  const { relay, logs } = await startRelay(t, configYaml(r, [one, two], DEFAULT_GROUP), "b");
+  const reload = (links: LinkSpec[]) => relay.reload(parseConfigText(configYaml(r, links, DEFAULT_GROUP), "test.yaml"));
   const ids1 = await publishIds(r.nca, r.src, "x", 500);
   const ids2 = await publishIds(r.nca, pair.src, "y", 500);
   await waitForCount(r.ncb, r.dst, 500, 30_000);
@@ -309,7 +316,9 @@ test("changing a link's to.subject restarts only that link; removing a link drai
 test("a bad file (YAML error, then a schema error) changes nothing: the failure is counted and logged, the links keep relaying", async (t) => {
   const r = await twoRegions(t);
   const link: LinkSpec = { name: "a-to-b", src: r.src, dst: r.dst };
-  const http = 'http: { listen: "127.0.0.1:0" }';
+  // The lease revision witnesses that a link was not restarted: the default lease, so that a busy machine
+  // (a renewal late past a short lease) cannot pass for a restart.
+  const http = `http: { listen: "127.0.0.1:0" }\n${DEFAULT_GROUP}`;
   const good = configYaml(r, [link], http);
   const path = await writeConfig(good);
   const relay = spawnRelay(t, ["run", "--config", path, "--region", "b"]);

@@ -8,7 +8,7 @@ import { uniqueName } from "../helpers/check.js";
 import { makeTlsCerts } from "../helpers/tls.js";
 import { connectTo, createStream } from "../helpers/streams.js";
 import { spawnRelay, writeConfig } from "../helpers/relays.js";
-import { assertExactlyOnce, publishIds, waitForCount } from "../helpers/scenario.js";
+import { assertExactlyOnce, publishIds, TEST_GROUP, waitForCount } from "../helpers/scenario.js";
 
 test("a region over TLS with user/password from ${ENV}: the link works and the password appears nowhere", async (t) => {
   const password = `pw-${uniqueName("secret")}`;
@@ -37,6 +37,7 @@ links:
   - { name: broken, from: { region: a, stream: NO_SUCH_STREAM }, to: { region: b, stream: ${dst} } }
 http: { listen: "127.0.0.1:0" }
 log: { level: debug }
+${TEST_GROUP}
 `);
   const relay = spawnRelay(t, ["run", "--config", config, "--region", "b"], { A_PASSWORD: password });
   await waitForCount(ncb, dst, ids.length, 30_000);
