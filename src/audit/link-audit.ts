@@ -176,6 +176,7 @@ export class LinkAudit {
       this.samples = [];
       this.carried = [];
       this.lastProgress = -1;
+      this.deps.metrics.auditLag.set(this.label, 0); // the owner reports it
       return;
     }
     const jsm = link.jsm();
