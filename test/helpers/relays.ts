@@ -172,6 +172,12 @@ export function spawnRelay(
   const p = new RelayProcess(args, env);
   deferrals(t)(async () => {
     await p.stop();
+    // RELAY_TEST_LOG_DIR: a relay process's output is kept there too (killed ones included).
+    const dir = process.env["RELAY_TEST_LOG_DIR"];
+    if (dir) {
+      await mkdir(dir, { recursive: true });
+      await writeFile(join(dir, `process-${p.pid ?? "gone"}-${Date.now()}.log`), p.output());
+    }
     assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`, opts.gaps);
   });
   return p;
