@@ -19,9 +19,9 @@ import type { Delivery } from "../../src/nats/delivery.js";
 import { parsePubAck } from "../../src/nats/publisher.js";
 import type { JetStreamPublisher, PubAck, PublishCallback } from "../../src/nats/publisher.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
+import { testDelivery } from "../helpers/deliveries.js";
 
 const fixture = (name: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../fixtures/puback/${name}`, import.meta.url)));
 
@@ -54,19 +54,7 @@ test("2.12's PubAck fields (val for a counter, batch and count for an atomic bat
   for (const [name, want] of cases) assert.deepEqual(parsePubAck({ data: fixture(name), headers: undefined }, "s"), [null, want], name);
 });
 
-function delivery(seq: number): Delivery {
-  return {
-    subject: "S.x",
-    reply: `$JS.ACK.S.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,
-    streamSequence: seq,
-    consumerSequence: seq,
-    deliveryCount: 1,
-    pending: 0,
-    timestampNanos: "1764460800000000000",
-    headers: new WireHeaders(`NATS/1.0\r\nNats-Msg-Id: m${seq}\r\n\r\n`),
-    data: new Uint8Array([1]),
-  };
-}
+const delivery = (seq: number): Delivery => testDelivery(seq);
 
 test("a pipeline answered 429: the publishes are retried in order after a backoff and stored, counted, and the link is never troubled, halted or dead-lettered", async () => {
   const config = parseConfigText(

@@ -16,9 +16,9 @@ import type { Delivery } from "../../src/nats/delivery.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
 import { parsePubAck } from "../../src/nats/publisher.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
-import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
+import { testDelivery } from "../helpers/deliveries.js";
 
 const config = (toExtra = "") =>
   parseConfigText(
@@ -78,19 +78,7 @@ function harness(answers: (seq: number) => Answer | undefined) {
 
 const facts = { stream: "D", maxMessageBytes: 1 << 20, duplicateWindowMs: 60_000 };
 
-function delivery(seq: number): Delivery {
-  return {
-    subject: "S.x",
-    reply: `$JS.ACK.S.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,
-    streamSequence: seq,
-    consumerSequence: seq,
-    deliveryCount: 1,
-    pending: 0,
-    timestampNanos: "1764460800000000000",
-    headers: new WireHeaders(`NATS/1.0\r\nNats-Msg-Id: m${seq}\r\n\r\n`),
-    data: new Uint8Array([1, 2, 3]),
-  };
-}
+const delivery = (seq: number): Delivery => testDelivery(seq, { data: new Uint8Array([1, 2, 3]) });
 
 const stored = (stream: string, seq: number): Answer => [null, { stream, seq, duplicate: false }];
 const refused = (): Answer => [new RelayError(ErrorCodes.DESTINATION_MISMATCH, "destination rejected S.x: expected stream does not match (code 400, err_code 10060, bound to stream O)"), null];

@@ -9,9 +9,9 @@ import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
+import { testDelivery } from "../helpers/deliveries.js";
 
 /**
  * The retry judge (src/link/stages/retry-judge.ts) on the pipeline, with a scripted destination: the
@@ -88,21 +88,8 @@ function scriptedDestination(failing: string, after: string, onHeld?: () => void
   return { publisher, published, stored };
 }
 
-function delivery(seq: number, entity: string, version: number): Delivery {
-  return {
-    subject: "S.x",
-    reply: `$JS.ACK.S.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,
-    streamSequence: seq,
-    consumerSequence: seq,
-    deliveryCount: 1,
-    pending: 0,
-    timestampNanos: "1764460800000000000",
-    headers: new WireHeaders(
-      `NATS/1.0\r\nNats-Msg-Id: m${seq}\r\nEntity-Id: ${entity}\r\nEntity-Version: ${version}\r\n\r\n`,
-    ),
-    data: new Uint8Array([1]),
-  };
-}
+const delivery = (seq: number, entity: string, version: number): Delivery =>
+  testDelivery(seq, { headers: { "Entity-Id": entity, "Entity-Version": String(version) } });
 
 function newPipeline(guard: MemoryGuard) {
   const link = config.links[0];

@@ -15,9 +15,9 @@ import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
+import { testDelivery } from "../helpers/deliveries.js";
 
 const config = parseConfigText(
   `
@@ -91,19 +91,7 @@ function destination(stream: Stream, lost: string, late: boolean, before?: (stre
   return publisher;
 }
 
-function delivery(seq: number): Delivery {
-  return {
-    subject: "S.x",
-    reply: `$JS.ACK.S.relay-a-to-b.1.${seq}.${seq}.1764460800000000000.0`,
-    streamSequence: seq,
-    consumerSequence: seq,
-    deliveryCount: 1,
-    pending: 0,
-    timestampNanos: "1764460800000000000",
-    headers: new WireHeaders(`NATS/1.0\r\nNats-Msg-Id: m${seq}\r\n\r\n`),
-    data: new Uint8Array([1]),
-  };
-}
+const delivery = (seq: number): Delivery => testDelivery(seq);
 
 async function run(late: boolean, opts: { owns?: () => boolean; logger?: pino.Logger; before?: (stream: Stream) => void; count?: number } = {}) {
   const link = config.links[0];
