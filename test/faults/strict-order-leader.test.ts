@@ -32,7 +32,9 @@ test("destination stream leader killed -9 in a loop, to.order strict: nothing re
   const source = await readSource(nca, src);
   const yaml = linkYaml({
     regions: { a: [a.url], b: cluster.urls },
-    links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst }],
+    // A capped rate keeps the transfer going through every kill (a backlog relayed at full speed can end
+    // before the second election is over).
+    links: [{ name: "a-to-b", from: "a", fromStream: src, to: "b", toStream: dst, extra: "    maxRate: { messages: 2000/s }\n" }],
   }).replace(`to: { region: b, stream: ${dst} }`, `to: { region: b, stream: ${dst}, order: strict }`);
   assert.ok(yaml.includes("order: strict"));
   const { relay } = await startRelay(t, yaml, "b");
