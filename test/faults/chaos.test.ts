@@ -45,13 +45,22 @@ const MINUTES = Number(process.env["CHAOS_MINUTES"] ?? 1.5);
 const RATE = 400;
 const ENTITIES = 50;
 const LEASE_MS = 3_000;
+/**
+ * CHAOS_ORDER=strict (`npm run test:chaos -- --order strict`): the link runs `to.order: strict`, and the
+ * soak allows no reorder and no stale-retry drop at all — the chain of expected last sequences keeps
+ * the server from storing a later publish after an earlier one failed, so there is nothing to allow.
+ */
+const STRICT = process.env["CHAOS_ORDER"] === "strict";
+if (process.env["CHAOS_ORDER"] !== undefined && process.env["CHAOS_ORDER"] !== "strict" && process.env["CHAOS_ORDER"] !== "") {
+  throw new Error(`CHAOS_ORDER: "strict" or unset (got "${process.env["CHAOS_ORDER"]}")`);
+}
 
 interface Member {
   readonly process: RelayProcess;
   readonly url: string;
 }
 
-test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 8-15 s; every id once or superseded, in order, versions never back`, async (t: TestContext) => {
+test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 8-15 s${STRICT ? ", to.order strict" : ""}; every id once${STRICT ? "" : " or superseded"}, in order, versions never back`, async (t: TestContext) => {
   const lengthMs = Math.round(MINUTES * 60_000);
   const schedule = chaosSchedule(SEED, lengthMs);
   t.diagnostic(`schedule (seed ${SEED}): ${describeSchedule(schedule)}`);
@@ -70,8 +79,7 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
   const ncb = await connectTo(t, b.urls);
   await createStream(nca, { name: src, subjects: [`${src}.>`], replicas: 3 });
   await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
-  const config = await writeConfig(
-    linkYaml({
+  const yaml = linkYaml({
       regions: { a: proxies.map((p) => `nats://127.0.0.1:${p.port}`), b: b.urls },
       links: [
         {
@@ -84,8 +92,10 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
         },
       ],
       extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }\n`,
-    }),
-  );
+    });
+  const linkYamlText = STRICT ? yaml.replace(`to: { region: b, stream: ${dst} }`, `to: { region: b, stream: ${dst}, order: strict }`) : yaml;
+  assert.equal(linkYamlText.includes("order: strict"), STRICT, "the link's order is the soak's");
+  const config = await writeConfig(linkYamlText);
   const spawned: Member[] = [];
   const spawnMember = async (): Promise<Member> => {
     const process = spawnRelay(t, ["run", "--config", config, "--region", "b"]);
@@ -189,6 +199,7 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
       return corrections - retries; // stale at the claim: only a reorder by the relay makes one
     }),
   );
+  const rejections = await Promise.all(members.map((m) => scrapeMetric(m.url, "relay_order_rejections_total", { link: "a-to-b" }).catch(() => -1)));
   const codes = await Promise.all(members.map((m) => terminate(m.process)));
   const report = await checkDelivery({ fault: `chaos soak seed ${SEED}, ${MINUTES} min`, dest: ncb, stream: dst, source: await readSource(nca, src) });
   await recordRow(report);
@@ -196,6 +207,12 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
     `stale_version corrections at the claim on the surviving relays: ${stale.join(", ")}; reorders the relays counted (destination leader kills): ${counted}; retries dropped as stale: ${staleDrops}; destination holds ${await streamCount(ncb, dst)}`,
   );
   if (stuck) throw withReport(stuck, report);
+  if (STRICT) {
+    // Strict order: the server stores nothing after a publish that failed, so there is nothing to allow.
+    t.diagnostic(`order rejections (strict order) on the surviving relays: ${rejections.join(", ")}`);
+    assert.equal(counted, 0, "with to.order strict the relays saw no reorder");
+    assert.equal(staleDrops, 0, "with to.order strict no retry is judged stale (nothing newer was stored ahead of it)");
+  }
   assertDelivery(report, { reorderedAllowed: counted, staleDropsAllowed: staleDrops });
   assert.deepEqual(
     stale.filter((n) => n !== 0),
