@@ -78,10 +78,13 @@ export type BadMessagePolicy =
 
 export interface LinkConfig {
   readonly name: string;
-  readonly from: { readonly region: string; readonly stream: string; readonly filterSubject?: string };
+  /** `bucket`: a KV link (`KV_<bucket>` is `stream`; docs/kv.md). */
+  readonly from: { readonly region: string; readonly stream: string; readonly filterSubject?: string; readonly bucket?: string };
   readonly to: {
     readonly region: string;
     readonly stream: string;
+    /** A KV link's destination bucket (`KV_<bucket>` is `stream`, `$KV.<from bucket>.>` maps to `$KV.<bucket>.>`). */
+    readonly bucket?: string;
     readonly transform: SubjectTransform;
     /**
      * Every publish carries `Nats-Expected-Stream: <stream>`, so the server refuses to store into any
