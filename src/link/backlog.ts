@@ -13,8 +13,9 @@ export interface BacklogReading {
   /** Age of the oldest message not yet relayed, on the source's clock; 0 when caught up. */
   readonly ageSeconds: number;
   /**
-   * The relay's clock minus the source region's, as last measured (ms; undefined: not measured yet,
-   * or the server said its own time). Ages never depend on it being 0.
+   * The relay's clock minus the source region's, as last measured (ms; undefined: not measured yet):
+   * from the server's `ts` on every reading (2.10+), else from a probe consumer's creation time while a
+   * backlog exists. Ages never depend on it being 0.
    */
   readonly clockOffsetMs?: number;
   /** The last source sequence the consumer delivered. */
@@ -38,7 +39,8 @@ const OFFSET_TTL_MS = 5 * 60_000;
  * Ages are measured on the source's clock, never the relay's: the message timestamps are the source
  * server's, and `maxReplayAge` skips messages when a backlog is too old, so a relay clock running
  * ahead would resync (and skip) what it should replay, and one running behind would replay for ever.
- * The source's time now is what its server says (`ts`, 2.10+); on 2.9 the relay's clock corrected by
+ * The source's time now is what its server says (`ts`, 2.10+; the clock offset is then measured from it
+ * with every reading, no probe consumer is created); on 2.9 the relay's clock corrected by
  * an offset measured from a consumer the relay creates (its `created` is the server's time; every 5
  * minutes while a backlog exists); when that cannot be measured, the latest time the server itself
  * reported (its last message, last delivery or ack): an age never larger than the true one.
@@ -58,8 +60,14 @@ export class BacklogProbe {
     const jsm = this.jsm();
     if (!jsm) throw new Error("source not connected yet");
     const { stream } = this.link.from;
+    const asked = this.now();
     const info = await jsm.consumers.info(stream, this.link.durableName);
+    const answered = this.now();
     const streamInfo = await jsm.streams.info(stream);
+    // A server that says its time (`ts`, 2.10+) gives the offset with every reading, for free: the
+    // relay's time is the middle of the request (off by at most half a round trip).
+    const serverTime = parseMs(info.ts);
+    if (serverTime !== undefined) this.offset = { ms: (asked + answered) / 2 - serverTime, at: answered };
     const pending = info.num_pending;
     const ackPending = info.num_ack_pending;
     const messages = pending + ackPending;

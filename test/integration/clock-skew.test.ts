@@ -1,6 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { check } from "../helpers/check.js";
+import { needsServer } from "../helpers/nats-version.js";
 import { metricValue, startRelay } from "../helpers/relays.js";
 import { publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { readStream } from "../helpers/streams.js";
@@ -49,4 +50,29 @@ test("a relay whose clock runs an hour behind still resyncs a backlog older than
   await waitForCount(ncb, dst, 15, 20_000, "the snapshot");
   const ids = (await readStream(ncb, dst)).map((m) => m.headers["Nats-Msg-Id"]);
   assert.deepEqual(ids.slice(10).sort(), ["old-45", "old-46", "old-47", "old-48", "old-49"], "the latest of the 5 subjects, not 50 deltas");
+});
+
+/**
+ * #39 item 4: a server that says its own time (`ts` in stream and consumer infos, 2.10+) gives the
+ * relay its clock offset with every backlog reading: no backlog needed, and no probe consumer created
+ * on the source (on 2.9 the relay creates one, and only while a backlog exists).
+ */
+test("a server that says its time (2.10+): the offset is measured from its infos, with no backlog and no probe consumer", { skip: needsServer("2.10") }, async (t) => {
+  const { src, dst, nca, ncb, yaml } = await twoRegions(t);
+  const created: string[] = [];
+  const sub = nca.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.CREATED.${src}.*`, {
+    callback: (_err, m) => {
+      created.push(m.subject.split(".").at(-1) ?? "");
+    },
+  });
+  t.after(() => sub.unsubscribe());
+  const ahead = await startRelay(t, yaml(), "b", { clock: () => Date.now() + HOUR });
+  await publishIds(nca, src, "m", 10);
+  await waitForCount(ncb, dst, 10, 20_000);
+  await check(async () => Math.abs((await metricValue(ahead.relay, "relay_source_clock_offset_seconds", { link: "a-to-b" })) - HOUR / 1000) < 5, {
+    name: "the offset measured from the server's ts is the hour",
+    timeoutMs: 30_000,
+  });
+  await nca.flush();
+  assert.deepEqual(created.filter((name) => name !== "relay-a-to-b"), [], "no consumer but the link's durable was created on the source");
 });
