@@ -8,10 +8,13 @@
  *   lag     steady state at LAG_RATE msgs/s for LAG_SECONDS over the WAN: replication lag p50/p99
  *           (destination store time − publish time), native vs relay
  */
+import { spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { once } from "node:events";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { jetstream } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { headers } from "@nats-io/nats-core";
 import { connect } from "@nats-io/transport-node";
 import { check } from "../test/helpers/check.js";
@@ -33,6 +36,8 @@ export interface TopologyRow {
   readonly lagP99Ms?: number;
   /** Lag rows: the worst 1-second window and, for the relay, the breakdown by step. */
   readonly lag?: LagResult;
+  /** The row could not be measured (the machine could not carry the rate): why. */
+  readonly failed?: string;
 }
 
 interface Regions {
@@ -146,17 +151,54 @@ function startRelay(_r: Regions, config: string, probeOut?: string): RelayProces
 
 let probeRuns = 0;
 
-async function lagRow(servers: LocalBackend, name: string, kind: "native" | "relay", oneWayMs: number, rate: number, seconds: number): Promise<TopologyRow> {
+/**
+ * The floor (bench/floor-forwarder.mjs): a bare client process that reads the source with an ordered
+ * consumer and publishes without waiting for PubAcks, in region b reading region a as the relay does.
+ */
+function startFloor(r: Regions): ChildProcess {
+  const child = spawn(process.execPath, [join(REPO_ROOT, "bench/floor-forwarder.mjs")], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, FLOOR_SOURCE: r.aFromB.join(","), FLOOR_DEST: r.b.urls.join(",") },
+    stdio: ["ignore", "inherit", "inherit"],
+  });
+  return child;
+}
+
+async function stopFloor(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, "exit");
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function lagRow(servers: LocalBackend, name: string, kind: "native" | "relay" | "floor", oneWayMs: number, rate: number, seconds: number): Promise<TopologyRow> {
   const r = await twoClusters(servers, oneWayMs, kind === "native");
   const nca = await connect({ servers: r.a.urls });
   const ncb = await connect({ servers: r.b.urls });
   let proc: RelayProcess | undefined;
+  let floor: ChildProcess | undefined;
   try {
     await addStream(nca, "SRC", ["src.>"], R3);
     const probeOut = join(tmpdir(), `lag-probe-${process.pid}-${++probeRuns}.json`);
     if (kind === "native") {
       await leafnodesUp(r.b);
       await addStream(ncb, "DST", [], { ...R3, sources: [{ name: "SRC", external: { api: "$JS.a.API" } }] });
+    } else if (kind === "floor") {
+      await addStream(ncb, "DST", ["src.>"], R3);
+      floor = startFloor(r);
+      // Its subscription is live once a warm-up message reaches DST (sent again until one does: one id).
+      const warm = headers();
+      warm.set("Nats-Msg-Id", "warm-up");
+      const jsm = await jetstreamManager(ncb);
+      await check(
+        async () => {
+          await jetstream(nca).publish("src.warm", BENCH_PAYLOAD, { headers: warm });
+          return (await jsm.streams.info("DST")).state.messages >= 1;
+        },
+        { name: "the floor forwarder's subscription is live", timeoutMs: 60_000, intervalMs: 250 },
+      );
     } else {
       await addStream(ncb, "DST", ["src.>"], R3);
       // BENCH_LAG_PROBE=0: without bench/lag-probe.mjs (what the probe itself costs the relay).
@@ -169,8 +211,10 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       // until it has read the stream again (up to a poll), and the measurement would start with that.
       await timeUntilFull(ncb, "DST", 1, 60_000);
     }
-    const relayThread = schedMeter(proc?.pid, proc?.pid ?? "all");
-    const samples = await measureLag(nca, ncb, rate, seconds, kind === "relay" ? 1 : 0);
+    const pid = proc?.pid ?? floor?.pid;
+    const relayThread = schedMeter(pid, pid ?? "all");
+    const samples = await measureLag(nca, ncb, rate, seconds, kind === "native" ? 0 : 1).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))));
+    if (samples instanceof Error) return { name, failed: `the servers did not carry ${rate} msgs/s (${samples.message})` };
     const thread = relayThread();
     if (proc) {
       proc.signal("SIGTERM"); // the probe writes its file at exit
@@ -184,6 +228,7 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       proc.signal("SIGTERM");
       await proc.exited;
     }
+    if (floor) await stopFloor(floor);
     await Promise.all([nca.close(), ncb.close()]);
     await r.close();
   }
@@ -197,6 +242,11 @@ export interface TopologyOptions {
   readonly oneWayMs: readonly number[];
   readonly lagRate: number;
   readonly lagSeconds: number;
+  /**
+   * Lag rows also run the floor: bench/floor-forwarder.mjs, a bare client process (an ordered consumer,
+   * core publishes, no acks) in the relay's place.
+   */
+  readonly lagFloor?: boolean;
   /** Rates of the loopback lag rows (no WAN); empty: none. */
   readonly lagLoopbackRates: readonly number[];
   /** Runs of each row, in rotation within its group: the median is shown (a shared machine is noisy). */
@@ -227,6 +277,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
   const groups: TopologyRow[][] = [];
   const add = (group: TopologyRow[]) => {
     printTopology([group]);
+    printFloorRatio(group);
     groups.push(group);
   };
   const rotation = (rows: readonly (() => Promise<TopologyRow>)[]) => inRotation(o.runs, rows);
@@ -240,6 +291,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
         await rotation([
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds),
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: relay`, "relay", 0, rate, o.lagSeconds),
+          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: floor (bare client)`, "floor", 0, rate, o.lagSeconds)] : []),
         ]),
       );
     }
@@ -269,11 +321,19 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
         await rotation([
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds),
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", oneWayMs, o.lagRate, o.lagSeconds),
+          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: floor (bare client)`, "floor", oneWayMs, o.lagRate, o.lagSeconds)] : []),
         ]),
       );
     }
   }
   return groups;
+}
+
+/** A lag group's relay p99 against its floor's (the bare client process), when the group has one. */
+function printFloorRatio(group: readonly TopologyRow[]): void {
+  const relay = group.find((r) => / relay/.test(r.name) && r.lagP99Ms !== undefined);
+  const floor = group.find((r) => /floor/.test(r.name) && r.lagP99Ms !== undefined);
+  if (relay?.lagP99Ms && floor?.lagP99Ms) console.log(`relay lag p99 / floor's (a bare client process): ${(relay.lagP99Ms / floor.lagP99Ms).toFixed(2)}x`);
 }
 
 /** The strict-order row's rate as a ratio to the default relay's (same group, same servers' settings). */
@@ -286,7 +346,9 @@ export function printTopology(groups: readonly TopologyRow[][]): void {
   for (const [native, ...others] of groups) {
     if (!native) continue;
     for (const r of [native, ...others]) {
-      if (r.msgsPerSec !== undefined) {
+      if (r.failed !== undefined) {
+        console.log(`${r.name.padEnd(52)}not measured: ${r.failed}`);
+      } else if (r.msgsPerSec !== undefined) {
         const ratio = native.msgsPerSec ? (r.msgsPerSec / native.msgsPerSec).toFixed(2) : "-";
         const cpu = r.relayCpu === undefined ? "" : `, relay CPU ${r.relayCpu.toFixed(2)} s per 100k`;
         const rss = r.peakRssMb === undefined ? "" : `, peak RSS ${r.peakRssMb.toFixed(0)} MB`;
