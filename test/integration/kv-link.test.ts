@@ -1,0 +1,255 @@
+/**
+ * KV links (issue 40, docs/kv.md): buckets in two regions written in both, with links both ways,
+ * converge by last writer wins on the write's version. A remote write is applied only when newer than
+ * what the bucket holds, checked and written in one step (`Nats-Expected-Last-Subject-Sequence`): a
+ * local write that lands between the relay's read and its publish (a proxy holds the publish) is never
+ * overwritten. Deletes and purges converge the same way; a bucket with history keeps the winner last;
+ * a relayed write never comes back.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { Kvm } from "@nats-io/kv";
+import type { KV } from "@nats-io/kv";
+import { check, uniqueName } from "../helpers/check.js";
+import { startPubDropProxy } from "../helpers/pub-drop-proxy.js";
+import { metricValue, startRelay } from "../helpers/relays.js";
+import { TEST_GROUP } from "../helpers/scenario.js";
+import { withServers } from "../helpers/servers.js";
+import type { HasAfter } from "../helpers/servers.js";
+import { connectTo } from "../helpers/streams.js";
+import { parseNanos } from "../../src/protocol/headers.js";
+import { compareKvVersions, formatKvVersion, kvVersionOf } from "../../src/protocol/kv-version.js";
+
+interface Region {
+  readonly name: string;
+  readonly url: string;
+  readonly port: number;
+  readonly nc: NatsConnection;
+  readonly kv: KV;
+}
+
+/** What a bucket holds last for a key: operation, value and version (as the relay judges it). */
+interface Latest {
+  readonly op: string;
+  readonly value: string;
+  readonly version: string;
+  readonly seq: number;
+}
+
+function kvYaml(regions: readonly { name: string; url: string }[], links: readonly [string, string][], bucket: string): string {
+  const r = regions.map((x) => `  ${x.name}: { servers: ["${x.url}"] }`).join("\n");
+  const l = links
+    .map(
+      ([from, to]) => `  - name: ${from}-to-${to}
+    from: { region: ${from}, bucket: ${bucket} }
+    to: { region: ${to}, bucket: ${bucket} }
+    ackWait: 5s
+    publishTimeout: 2s`,
+    )
+    .join("\n");
+  return `regions:\n${r}\nlinks:\n${l}\nlog: { level: info }\n${TEST_GROUP}\nshutdown: { grace: 10s }\n`;
+}
+
+async function regions(t: HasAfter, names: readonly string[], bucket: string, history: number): Promise<Region[]> {
+  const servers = withServers(t);
+  const nodes = await Promise.all(names.map(() => servers.startNats()));
+  return Promise.all(
+    names.map(async (name, i) => {
+      const node = nodes[i];
+      assert.ok(node);
+      const nc = await connectTo(t, node.url);
+      const kv = await new Kvm(nc).create(bucket, { history });
+      return { name, url: node.url, port: node.port, nc, kv };
+    }),
+  );
+}
+
+async function latest(r: Region, bucket: string, key: string): Promise<Latest | undefined> {
+  const jsm = await jetstreamManager(r.nc);
+  const m = await jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: `$KV.${bucket}.${key}` });
+  if (!m) return undefined;
+  const ns = parseNanos(m.timestamp) ?? 0n;
+  const version = kvVersionOf({ get: (n: string) => m.header?.get(n) ?? "" }, ns, r.name);
+  return { op: m.header?.get("KV-Operation") || "PUT", value: new TextDecoder().decode(m.data), version: formatKvVersion(version), seq: m.seq };
+}
+
+/** Every message of a bucket's stream: its subject, headers and version. */
+async function history(r: Region, bucket: string): Promise<{ subject: string; origin: string; version: string; op: string }[]> {
+  const jsm = await jetstreamManager(r.nc);
+  const info = await jsm.streams.info(`KV_${bucket}`);
+  const out: { subject: string; origin: string; version: string; op: string }[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+    const m = await jsm.streams.getMessage(`KV_${bucket}`, { seq });
+    if (!m) continue;
+    const ns = parseNanos(m.timestamp) ?? 0n;
+    out.push({ subject: m.subject, origin: m.header?.get("Relay-Origin") ?? "", version: formatKvVersion(kvVersionOf({ get: (n: string) => m.header?.get(n) ?? "" }, ns, r.name)), op: m.header?.get("KV-Operation") || "PUT" });
+  }
+  return out;
+}
+
+/** The keys whose latest write differs between the regions (empty: converged). */
+async function differences(all: readonly Region[], bucket: string, keys: readonly string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const key of keys) {
+    const seen = await Promise.all(all.map((r) => latest(r, bucket, key)));
+    const first = seen[0];
+    for (const s of seen.slice(1)) {
+      if (s?.op !== first?.op || s?.value !== first?.value || s?.version !== first?.version) {
+        out.push(`${key}: ${seen.map((x, i) => `${all[i]?.name}=${x ? `${x.op} ${JSON.stringify(x.value)} @${x.version}` : "none"}`).join(", ")}`);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+/** True once every key's latest write is the same in every region; else throws what differs (check reports it). */
+async function converged(all: readonly Region[], bucket: string, keys: readonly string[]): Promise<boolean> {
+  const d = await differences(all, bucket, keys);
+  if (d.length > 0) throw new Error(d.join("; "));
+  return true;
+}
+
+/** The newest version of `key` among every message either bucket stored (what last writer wins must keep). */
+function newestOf(histories: readonly { subject: string; version: string }[][], subject: string): string | undefined {
+  let best: string | undefined;
+  for (const h of histories) {
+    for (const m of h) {
+      if (m.subject !== subject) continue;
+      if (best === undefined) best = m.version;
+      else {
+        const [a, b] = [m.version, best].map((v) => {
+          const [ns, region] = v.split(" ");
+          return { ns: BigInt(ns ?? "0"), region: region ?? "" };
+        }) as [{ ns: bigint; region: string }, { ns: bigint; region: string }];
+        if (compareKvVersions(a, b) > 0) best = m.version;
+      }
+    }
+  }
+  return best;
+}
+
+test("KV link: two regions writing overlapping keys converge by last writer wins; a relayed write never comes back", { timeout: 120_000 }, async (t) => {
+  const bucket = uniqueName("cfg").replace(/[^-\w]/g, "_");
+  const [a, b] = await regions(t, ["a", "b"], bucket, 64);
+  assert.ok(a && b);
+  const yaml = kvYaml([a, b], [["a", "b"], ["b", "a"]], bucket);
+  // A purge rolls the source's older writes of its key up (and history drops the oldest): a write
+  // superseded that way before it was relayed is reported as a gap (docs/kv.md, limits).
+  const ra = await startRelay(t, yaml, "a", { gaps: true });
+  const rb = await startRelay(t, yaml, "b", { gaps: true });
+  const keys = Array.from({ length: 8 }, (_, i) => `k${i}`);
+  // Writers in both regions on the same keys, interleaved: puts, some deletes, one purge each.
+  for (let round = 0; round < 12; round++) {
+    await Promise.all(
+      [a, b].map(async (r) => {
+        for (const key of keys) {
+          const pick = (round * 7 + key.length + Number(key.slice(1)) + (r.name === "a" ? 0 : 3)) % 11;
+          if (pick === 0) await r.kv.delete(key);
+          else await r.kv.put(key, `${r.name}-${round}-${key}`);
+        }
+      }),
+    );
+  }
+  await a.kv.purge("k1");
+  await b.kv.purge("k2");
+  await check(async () => converged([a, b], bucket, keys), {
+    name: "both buckets hold the same latest write (value, operation and version) of every key",
+    timeoutMs: 60_000,
+    intervalMs: 250,
+  });
+  // Last writer wins: what both hold is the newest write either region stored for the key.
+  const histories = await Promise.all([a, b].map((r) => history(r, bucket)));
+  for (const key of keys) {
+    const got = await latest(a, bucket, key);
+    assert.equal(got?.version, newestOf(histories, `$KV.${bucket}.${key}`), `key ${key}: the newest write wins`);
+  }
+  // Loop prevention: a bucket holds relayed copies only of the other region's writes.
+  for (const [r, h] of [[a, histories[0]], [b, histories[1]]] as const) {
+    const back = (h ?? []).filter((m) => m.origin === r.name);
+    assert.equal(back.length, 0, `no write of region ${r.name} came back to it`);
+  }
+  assert.ok((await metricValue(ra.relay, "relay_messages_total", { outcome: "loop" })) + (await metricValue(rb.relay, "relay_messages_total", { outcome: "loop" })) > 0, "relayed writes were seen and dropped as loops");
+  // The purges carried their rollup: the purged key's history is the purge alone.
+  for (const [r, h] of [[a, histories[0]], [b, histories[1]]] as const) {
+    for (const key of ["k1", "k2"]) {
+      const last = await latest(r, bucket, key);
+      if (last?.op !== "PURGE") continue;
+      const left = (h ?? []).filter((m) => m.subject === `$KV.${bucket}.${key}` && m.version !== last.version);
+      const after = (await history(r, bucket)).filter((m) => m.subject === `$KV.${bucket}.${key}`);
+      assert.equal(after.length, 1, `region ${r.name} key ${key}: only the purge is left (found ${after.length}, ${left.length} before)`);
+    }
+  }
+});
+
+test("KV link: a local write between the relay's read and its publish is never overwritten (the publish is held)", { timeout: 60_000 }, async (t) => {
+  const bucket = uniqueName("hold").replace(/[^-\w]/g, "_");
+  const [a, b] = await regions(t, ["a", "b"], bucket, 5);
+  assert.ok(a && b);
+  const proxy = await startPubDropProxy(t, b.port);
+  const hold = proxy.holdPublish(`HPUB $KV.${bucket}.k `);
+  const yaml = kvYaml([a, { name: "b", url: proxy.url }], [["a", "b"]], bucket);
+  await a.kv.put("k", "remote");
+  const { relay } = await startRelay(t, yaml, "b");
+  await hold.held; // the relay read the key (absent) and published with expected last subject seq 0
+  await b.kv.put("k", "local"); // newer: written after the remote write, on the same clock
+  hold.release();
+  await check(async () => (await metricValue(relay, "relay_kv_conflicts_total", { outcome: "remote_older" })) === 1, {
+    name: "the remote write, decided again after the refusal, is a counted conflict",
+    timeoutMs: 20_000,
+  });
+  assert.equal(await metricValue(relay, "relay_kv_conflicts_total", { outcome: "local_write_between" }), 1);
+  assert.equal(await metricValue(relay, "relay_messages_total", { outcome: "relayed" }), 0);
+  assert.equal(await metricValue(relay, "relay_messages_total", { outcome: "stale" }), 1);
+  assert.equal(await metricValue(relay, "relay_corrections_total", { kind: "stale_version" }), 1);
+  const got = await b.kv.get("k");
+  assert.equal(got?.string(), "local", "the local write stays");
+  assert.equal((await history(b, bucket)).length, 1, "nothing else was stored");
+});
+
+test("KV link: deletes, purges and older writes converge; a bucket with history keeps the winner last", { timeout: 90_000 }, async (t) => {
+  const bucket = uniqueName("tomb").replace(/[^-\w]/g, "_");
+  const [a, b] = await regions(t, ["a", "b"], bucket, 5);
+  assert.ok(a && b);
+  // Written before any relay runs, each later write in the other region: every key has a conflict.
+  await a.kv.put("del", "a-1");
+  await b.kv.delete("del"); // newer tombstone in b
+  await b.kv.put("purged", "b-1");
+  await b.kv.put("purged", "b-2");
+  await a.kv.purge("purged"); // newer purge in a: rolls b's history up when it wins there
+  await a.kv.put("hist", "a-old");
+  await b.kv.put("hist", "b-new"); // newer in b
+  await b.kv.put("revived", "b-old");
+  await a.kv.delete("revived");
+  await a.kv.put("revived", "a-new"); // newest in a, after a tombstone of its own
+  const yaml = kvYaml([a, b], [["a", "b"], ["b", "a"]], bucket);
+  const ra = await startRelay(t, yaml, "a");
+  const rb = await startRelay(t, yaml, "b");
+  const keys = ["del", "purged", "hist", "revived"];
+  await check(async () => converged([a, b], bucket, keys), {
+    name: "both buckets hold the same latest write of every key",
+    timeoutMs: 30_000,
+    intervalMs: 250,
+  });
+  assert.equal((await latest(a, bucket, "del"))?.op, "DEL");
+  assert.equal((await latest(a, bucket, "purged"))?.op, "PURGE");
+  assert.equal((await latest(b, bucket, "hist"))?.value, "b-new");
+  assert.equal((await latest(b, bucket, "revived"))?.value, "a-new");
+  // The purge won in b: its rollup left the purge alone there.
+  const inB = (await history(b, bucket)).filter((m) => m.subject === `$KV.${bucket}.purged`);
+  assert.deepEqual(inB.map((m) => m.op), ["PURGE"]);
+  // History > 1: a keeps its older write of "hist" before the winner, the winner last.
+  const histA = (await history(a, bucket)).filter((m) => m.subject === `$KV.${bucket}.hist`);
+  assert.equal(histA.length, 2);
+  const kvA = await a.kv.history({ key: "hist" });
+  const values: string[] = [];
+  for await (const e of kvA) values.push(e.string());
+  assert.deepEqual(values, ["a-old", "b-new"], "the winner is last in a's history");
+  // Each older remote write was a counted conflict, never applied.
+  const conflicts = (await metricValue(ra.relay, "relay_kv_conflicts_total", { outcome: "remote_older" })) + (await metricValue(rb.relay, "relay_kv_conflicts_total", { outcome: "remote_older" }));
+  assert.ok(conflicts >= 4, `older remote writes were counted as conflicts (${conflicts})`);
+  const histB = (await history(b, bucket)).filter((m) => m.subject === `$KV.${bucket}.hist`);
+  assert.deepEqual(histB.map((m) => m.origin), [""], "b never stored a's older write of hist");
+});
