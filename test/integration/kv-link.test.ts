@@ -253,3 +253,38 @@ test("KV link: deletes, purges and older writes converge; a bucket with history 
   const histB = (await history(b, bucket)).filter((m) => m.subject === `$KV.${bucket}.hist`);
   assert.deepEqual(histB.map((m) => m.origin), [""], "b never stored a's older write of hist");
 });
+
+test("KV link: three regions in a full mesh, writers in every region on overlapping keys, converge", { timeout: 120_000 }, async (t) => {
+  const bucket = uniqueName("mesh").replace(/[^-\w]/g, "_");
+  const all = await regions(t, ["a", "b", "c"], bucket, 16);
+  const names = all.map((r) => r.name);
+  const links = names.flatMap((from) => names.filter((to) => to !== from).map((to) => [from, to] as [string, string]));
+  const yaml = kvYaml(all, links, bucket);
+  const relays = [];
+  for (const r of all) relays.push(await startRelay(t, yaml, r.name, { gaps: true }));
+  const keys = Array.from({ length: 6 }, (_, i) => `k${i}`);
+  for (let round = 0; round < 8; round++) {
+    await Promise.all(
+      all.map(async (r, ri) => {
+        for (const key of keys) {
+          if ((round + ri + Number(key.slice(1))) % 7 === 0) await r.kv.delete(key);
+          else await r.kv.put(key, `${r.name}-${round}-${key}`);
+        }
+      }),
+    );
+  }
+  await check(async () => converged(all, bucket, keys), {
+    name: "all three buckets hold the same latest write of every key",
+    timeoutMs: 60_000,
+    intervalMs: 250,
+  });
+  const histories = await Promise.all(all.map((r) => history(r, bucket)));
+  for (const key of keys) {
+    const got = await latest(all[0] as Region, bucket, key);
+    assert.equal(got?.version, newestOf(histories, `$KV.${bucket}.${key}`), `key ${key}: the newest write wins`);
+  }
+  all.forEach((r, i) => {
+    const back = (histories[i] ?? []).filter((m) => m.origin === r.name);
+    assert.equal(back.length, 0, `no write of region ${r.name} came back to it`);
+  });
+});
