@@ -93,6 +93,8 @@ const MAX_READS = 64;
 const LOOKAHEAD = 512;
 /** Keys whose latest message is remembered; the oldest are forgotten past this. */
 const MAX_KNOWN = 16_384;
+/** Conflicts logged at info at most this often (the rest at debug, counted in the next line). */
+const CONFLICT_LOG_EVERY_MS = 1_000;
 
 export class KvApply {
   private readonly known = new Map<string, Known>();
@@ -104,6 +106,8 @@ export class KvApply {
   private readonly backoff = new Backoff(100, 5_000);
   private retryAt = 0;
   private readonly prefix: string;
+  private conflictLoggedAt = 0;
+  private conflictsUnlogged = 0;
 
   constructor(private readonly needs: KvApplyNeeds) {
     this.prefix = `$KV.${needs.link.to.bucket ?? ""}.`;
@@ -196,8 +200,26 @@ export class KvApply {
     }
     needs.tally.correct("stale_version");
     needs.metrics.kvConflicts.inc({ link: needs.link.name, outcome: "remote_older" });
-    needs.logger.info(detail, "kv: conflict: the bucket holds a newer write of the key; the older remote write is not applied (last writer wins)");
+    this.logConflict(detail);
     needs.sourceAck.finish(entry, "stale");
+  }
+
+  /**
+   * A conflict is logged at info at most once a second (with how many were not logged since): keys
+   * written in two regions at once conflict all the time, by design. Every one is logged at debug.
+   */
+  private logConflict(detail: Record<string, unknown>): void {
+    const { logger } = this.needs;
+    const msg = "kv: conflict: the bucket holds a newer write of the key; the older remote write is not applied (last writer wins)";
+    const now = Date.now();
+    if (now - this.conflictLoggedAt >= CONFLICT_LOG_EVERY_MS) {
+      logger.info({ ...detail, ...(this.conflictsUnlogged > 0 ? { conflictsNotLoggedSince: this.conflictsUnlogged } : {}) }, msg);
+      this.conflictLoggedAt = now;
+      this.conflictsUnlogged = 0;
+    } else {
+      this.conflictsUnlogged++;
+      if (logger.isLevelEnabled("debug")) logger.debug(detail, msg);
+    }
   }
 
   /** Reads the latest message of the keys of the writes from `from` on that need it, several at once. */
