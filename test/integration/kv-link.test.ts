@@ -12,6 +12,9 @@ import { check, uniqueName } from "../helpers/check.js";
 import { converged, history, kvRegions as regions, kvYaml, latest, newestOf } from "../helpers/kv.js";
 import type { Region } from "../helpers/kv.js";
 import { startPubDropProxy } from "../helpers/pub-drop-proxy.js";
+import { createStream, readStream } from "../helpers/streams.js";
+import { jetstream } from "@nats-io/jetstream";
+import { headers } from "@nats-io/nats-core";
 import { metricValue, startRelay } from "../helpers/relays.js";
 
 test("KV link: two regions writing overlapping keys converge by last writer wins; a relayed write never comes back", { timeout: 120_000 }, async (t) => {
@@ -170,4 +173,35 @@ test("KV link: three regions in a full mesh, writers in every region on overlapp
     const back = (histories[i] ?? []).filter((m) => m.origin === r.name);
     assert.equal(back.length, 0, `no write of region ${r.name} came back to it`);
   });
+});
+
+test("KV link: a writer-supplied KV-Version wins over store times; an unreadable one is dead-lettered with the reason", { timeout: 60_000 }, async (t) => {
+  const bucket = uniqueName("ver").replace(/[^-\w]/g, "_");
+  const [a, b] = await regions(t, ["a", "b"], bucket, 5);
+  assert.ok(a && b);
+  await createStream(b.nc, { name: "RELAY_DLQ", subjects: ["relay.dlq.>"] });
+  const put = async (r: Region, key: string, value: string, version?: string) => {
+    const h = headers();
+    if (version !== undefined) h.set("KV-Version", version);
+    await jetstream(r.nc).publish(`$KV.${bucket}.${key}`, value, { headers: h });
+  };
+  // a's write supplies a version far ahead of any clock: b's later write, judged by its store time, is older.
+  await put(a, "pinned", "a-writer", "9000000000000000000");
+  await put(b, "pinned", "b-later");
+  // A version that is not a number: a bad message, never compared.
+  await put(a, "bad", "a-bad", "tomorrow");
+  await put(a, "after", "a-after");
+  const yaml = kvYaml([a, b], [["a", "b"], ["b", "a"]], bucket);
+  const rb = await startRelay(t, yaml, "b");
+  const ra = await startRelay(t, yaml, "a");
+  await check(async () => converged([a, b], bucket, ["pinned"]), { name: "both buckets agree on pinned", timeoutMs: 20_000, intervalMs: 200 });
+  assert.equal((await latest(b, bucket, "pinned"))?.value, "a-writer", "the writer's version wins over b's later store time");
+  assert.equal((await latest(b, bucket, "pinned"))?.version, "9000000000000000000 a");
+  await check(async () => (await latest(b, bucket, "after"))?.value === "a-after", { name: "the write after the bad one is relayed", timeoutMs: 20_000 });
+  assert.equal(await latest(b, bucket, "bad"), undefined, "the bad write is not in the bucket");
+  assert.equal(await metricValue(rb.relay, "relay_messages_total", { link: "a-to-b", outcome: "dead_lettered" }), 1);
+  const parked = await readStream(b.nc, "RELAY_DLQ");
+  assert.equal(parked.length, 1);
+  assert.match(parked[0]?.headers["Relay-Dead-Letter-Reason"] ?? "", /KV-Version "tomorrow" is not a decimal integer/);
+  assert.equal(await metricValue(ra.relay, "relay_kv_conflicts_total", { link: "b-to-a", outcome: "remote_older" }), 1, "b's write of pinned lost in a");
 });
