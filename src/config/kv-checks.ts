@@ -3,7 +3,7 @@
  * by last writer wins on the write's KV version. What the config alone shows is checked here: each end
  * names exactly one of `stream` and `bucket`, both ends are buckets or neither, and the settings the KV
  * version supersedes or that cannot judge a bucket are refused (`to.order: strict`, `guard.versions`,
- * `to.subject`, `audit.enabled: true`).
+ * `to.subject`, `audit.enabled: true`, an `onGap` other than `continue`).
  */
 import { quote } from "./problems.js";
 import type { ConfigProblem } from "./problems.js";
@@ -40,6 +40,9 @@ export function kvChecks(links: readonly unknown[]): ConfigProblem[] {
     const refuse = (path: (string | number)[], why: string) => out.push({ path: ["links", i, ...path], message: `${named} is a KV link: ${why}` });
     if (to.order === "strict") refuse(["to", "order"], "to.order: strict is not for a bucket (every write is checked against its key's last sequence already, and the KV version decides); remove to.order");
     if (to.subject !== undefined) refuse(["to", "subject"], "to.subject is not for a bucket ($KV.<from.bucket>.<key> is written as $KV.<to.bucket>.<key>); remove it");
+    if (link.onGap !== undefined && link.onGap !== "continue") {
+      refuse(["onGap"], "a bucket drops a key's older writes by itself (history, a purge, its TTL), and its state is each key's latest write: a KV link has no gaps, and onGap does not apply; remove it");
+    }
     const guard = asRecord(link.guard);
     if (guard?.versions !== undefined) refuse(["guard", "versions"], "guard.versions is superseded by the KV version (last writer wins per key); remove it");
     const audit = asRecord(link.audit);

@@ -156,6 +156,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link", "outcome"] as const,
       registers,
     }),
+    kvSuperseded: new Counter({
+      name: "relay_kv_superseded_total",
+      help: "KV link writes the source bucket removed before the link relayed them (superseded by a newer write of the key past the bucket's history, a purge's rollup, or expired): a bucket's state is each key's latest write, which is relayed, so these are not gaps",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     staleRetries: new Counter({
       name: "relay_stale_retries_total",
       help: "Retried publishes dropped as stale versions when judged again (a newer version of the entity was sent to the destination or committed in the guard after the first attempt failed); also counted as stale_version corrections",

@@ -70,11 +70,13 @@ void describe("KV links (from.bucket / to.bucket)", () => {
     const found = problems(`    from: { region: a, bucket: cfg }
     to: { region: b, bucket: cfg, order: strict, subject: { addPrefix: x } }
     audit: { enabled: true }
+    onGap: halt
     guard:
       memory: true
       versions: { entity: "header:E", version: "header:V" }
 `);
-    assert.equal(found.length, 4, found.join("\n"));
+    assert.equal(found.length, 5, found.join("\n"));
+    assert.ok(found.some((p) => p.startsWith('links[0].onGap: link "kv" is a KV link')));
     assert.ok(found.some((p) => p.startsWith('links[0].to.order: link "kv" is a KV link: to.order: strict is not for a bucket')));
     assert.ok(found.some((p) => p.startsWith('links[0].to.subject: link "kv" is a KV link')));
     assert.ok(found.some((p) => p.startsWith('links[0].guard.versions: link "kv" is a KV link')));
