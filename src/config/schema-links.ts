@@ -35,7 +35,7 @@ const linkName = field((v) => {
 }).meta({ valueType: "[link name](#names)", allowed: `\`${LINK_NAME.source}\`` });
 
 /** A key-value bucket's name, as the KV API allows it (`KV_<bucket>` is its stream). */
-const bucketName = field((v) => {
+export const bucketName = field((v) => {
   const s = expectString(v);
   if (!/^[-\w]+$/.test(s)) fail(`invalid bucket name ${quote(s)}: use letters, digits, "-" and "_"`);
   if (s.length > 252) fail("bucket name is too long (at most 252 characters)");

@@ -88,3 +88,76 @@ void describe("KV links (from.bucket / to.bucket)", () => {
     assert.equal(link?.audit.enabled, false);
   });
 });
+
+void describe("a mesh of buckets", () => {
+  const mesh = (extra = "") => `regions:
+  a: { servers: ["nats://127.0.0.1:4222"] }
+  b: { servers: ["nats://127.0.0.1:4223"] }
+  c: { servers: ["nats://127.0.0.1:4224"] }
+meshes:
+  - name: m
+    regions: [a, b, c]
+    streams: [ORDERS]
+    buckets: [cfg, { name: flags, in: { c: flags_c } }]
+${extra}`;
+
+  void it("generates a KV link per bucket and ordered pair, beside the streams' links", () => {
+    const links = parseConfigText(mesh(), "mesh.yaml", {}).links;
+    assert.equal(links.length, 18);
+    const kv = links.filter((l) => l.to.bucket !== undefined);
+    assert.equal(kv.length, 12);
+    const ab = links.find((l) => l.name === "m_cfg_a-to-b");
+    assert.equal(ab?.from.bucket, "cfg");
+    assert.equal(ab?.to.stream, "KV_cfg");
+    assert.equal(ab?.audit.enabled, false);
+    const toC = links.find((l) => l.name === "m_flags_a-to-c");
+    assert.equal(toC?.to.bucket, "flags_c");
+    assert.deepEqual(toC?.to.transform, { stripPrefix: "$KV.flags.", addPrefix: "$KV.flags_c." });
+    assert.equal(links.find((l) => l.name === "m_orders_a-to-b")?.from.bucket, undefined);
+  });
+
+  void it("excludes and overrides by bucket, and a stream's filter leaves the buckets alone", () => {
+    const links = parseConfigText(
+      mesh(`    exclude: [{ from: a, to: b, bucket: cfg }, { from: b, to: a, stream: ORDERS }]
+    overrides: [{ from: a, to: c, bucket: flags, batchSize: 7 }]
+`),
+      "mesh.yaml",
+      {},
+    ).links;
+    const names = links.map((l) => l.name);
+    assert.ok(!names.includes("m_cfg_a-to-b"));
+    assert.ok(names.includes("m_orders_a-to-b") && names.includes("m_flags_a-to-b") && names.includes("m_cfg_b-to-a"));
+    assert.ok(!names.includes("m_orders_b-to-a"));
+    assert.equal(links.find((l) => l.name === "m_flags_a-to-c")?.batchSize, 7);
+    assert.notEqual(links.find((l) => l.name === "m_cfg_a-to-c")?.batchSize, 7);
+  });
+
+  void it("reports a bucket's mistakes at its mesh", () => {
+    const found = (() => {
+      try {
+        parseConfigText(mesh(`    exclude: [{ bucket: nope }]
+    link: { audit: { enabled: true } }
+`).replace("buckets: [cfg,", 'buckets: ["c.fg", cfg, cfg,'), "mesh.yaml", {});
+      } catch (err) {
+        assert.ok(err instanceof ConfigError);
+        return [...err.problems];
+      }
+      return assert.fail("expected problems");
+    })();
+    assert.ok(found.some((p) => p.startsWith('meshes[0].buckets[0]: invalid bucket name "c.fg"')), found.join("\n"));
+    assert.ok(found.some((p) => p === 'meshes[0].buckets[2]: bucket "cfg" is listed twice (also buckets[1])'), found.join("\n"));
+    assert.ok(found.some((p) => p === 'meshes[0].exclude[0].bucket: bucket "nope" is not in this mesh\'s buckets'), found.join("\n"));
+    assert.ok(found.includes('meshes[0].link.audit.enabled: generated links "m_cfg_a-to-b", "m_cfg_a-to-c", "m_cfg_b-to-a" and 9 more: the link is a KV link: the continuous audit judges every source message, and a bucket keeps only the winning writes: check a KV link with `jetstream-relay verify --kv`; set audit.enabled: false or remove it'), found.join("\n"));
+  });
+
+  void it("wants streams or buckets", () => {
+    try {
+      parseConfigText(mesh().replace("    streams: [ORDERS]\n", "").replace(/    buckets: .*\n/, ""), "mesh.yaml", {});
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      assert.deepEqual([...err.problems], ["links: must list at least one link", "meshes[0].streams: is required (or buckets)"]);
+      return;
+    }
+    assert.fail("expected a problem");
+  });
+});
