@@ -70,7 +70,8 @@ export interface PipelineDeps {
  *   source-ack   ack at the source (each, or cumulative), only while the lease is valid
  *
  * with dead-letter.ts (the bad-message policy) and collision.ts (id collisions behind a duplicate) beside
- * them, and for a KV link kv-apply.ts just before each publish (last writer wins per key). The pipeline owns the window of entries and the pump, which runs the stages in this order.
+ * them, and for a KV link kv-apply.ts just before each publish (last writer wins per key). The pipeline
+ * owns the window of entries and the pump, which runs the stages in this order.
  *
  * Source order is kept in the destination: entries are published strictly in arrival order, and a
  * failed publish rolls the publish cursor back to it, so it and everything after it that has no PubAck
