@@ -36,6 +36,8 @@ export const METRIC_AREAS: readonly {
       "relay_delete_markers_dropped_total",
       "relay_publish_backpressure_total",
       "relay_order_rejections_total",
+      "relay_kv_conflicts_total",
+      "relay_kv_superseded_total",
       "relay_id_collisions_total",
       "relay_gap_messages_total",
       "relay_resyncs_total",

@@ -145,10 +145,16 @@ function compileGuard(link: ParsedLink, ackWaitMs: number): GuardConfig | undefi
 
 function compileLink(l: ParsedLink): LinkConfig {
   const ackWaitMs = l.ackWait ?? DEFAULTS.ackWaitMs;
-  const transform: SubjectTransform = {
-    ...(l.to.subject?.stripPrefix === undefined ? {} : { stripPrefix: l.to.subject.stripPrefix }),
-    ...(l.to.subject?.addPrefix === undefined ? {} : { addPrefix: l.to.subject.addPrefix }),
-  };
+  const fromBucket = l.from.bucket;
+  const toBucket = l.to.bucket;
+  // A KV link: `$KV.<from>.<key>` is written as `$KV.<to>.<key>` (docs/kv.md); to.subject is refused for it.
+  const kvTransform = fromBucket !== undefined && toBucket !== undefined && fromBucket !== toBucket;
+  const transform: SubjectTransform = kvTransform
+    ? { stripPrefix: `$KV.${fromBucket}.`, addPrefix: `$KV.${toBucket}.` }
+    : {
+        ...(l.to.subject?.stripPrefix === undefined ? {} : { stripPrefix: l.to.subject.stripPrefix }),
+        ...(l.to.subject?.addPrefix === undefined ? {} : { addPrefix: l.to.subject.addPrefix }),
+      };
   const badMessage: BadMessagePolicy =
     l.onBadMessage === "halt"
       ? { action: "halt" }
@@ -160,12 +166,14 @@ function compileLink(l: ParsedLink): LinkConfig {
     name: l.name,
     from: {
       region: l.from.region,
-      stream: l.from.stream,
+      stream: fromBucket === undefined ? (l.from.stream ?? "") : `KV_${fromBucket}`,
       ...(l.from.filter === undefined ? {} : { filterSubject: l.from.filter }),
+      ...(fromBucket === undefined ? {} : { bucket: fromBucket }),
     },
     to: {
       region: l.to.region,
-      stream: l.to.stream,
+      stream: toBucket === undefined ? (l.to.stream ?? "") : `KV_${toBucket}`,
+      ...(toBucket === undefined ? {} : { bucket: toBucket }),
       transform,
       ...((l.to.expectStream ?? DEFAULTS.expectStream) ? { expectStream: true as const } : {}),
       ...((l.to.deleteMarkers ?? DEFAULTS.deleteMarkers) === "drop" ? { deleteMarkers: "drop" as const } : {}),
@@ -190,7 +198,8 @@ function compileLink(l: ParsedLink): LinkConfig {
       : { partitions: { count: l.partitions.count, token: l.partitions.token } }),
     startAt: l.startAt ?? DEFAULTS.startAt,
     audit: {
-      enabled: l.audit?.enabled ?? DEFAULTS.audit.enabled,
+      // A KV link is checked by verify --kv (a bucket keeps only the winning writes): never audited.
+      enabled: fromBucket === undefined && (l.audit?.enabled ?? DEFAULTS.audit.enabled),
       afterMs: l.audit?.after ?? DEFAULTS.audit.afterMs,
       sweepEveryMs: l.audit?.sweepEvery ?? DEFAULTS.audit.sweepEveryMs,
       repair: l.audit?.repair ?? DEFAULTS.audit.repair,

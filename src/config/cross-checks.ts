@@ -5,6 +5,7 @@
  */
 import { DEFAULTS, defaultDurableName } from "./defaults.js";
 import { parseDuration } from "./durations.js";
+import { kvChecks } from "./kv-checks.js";
 import { orderChecks } from "./order-checks.js";
 import { quote } from "./problems.js";
 import type { ConfigPath, ConfigProblem } from "./problems.js";
@@ -213,7 +214,8 @@ export function crossChecks(tree: unknown): ConfigProblem[] {
     }
 
     // Two links reading one source stream with one durable would share (and fight over) a consumer.
-    const stream = asString(from?.stream);
+    const bucket = asString(from?.bucket);
+    const stream = asString(from?.stream) ?? (bucket === undefined ? undefined : `KV_${bucket}`);
     const explicitDurable = asString(link.durable);
     const durable = explicitDurable ?? (name === undefined ? undefined : defaultDurableName(name));
     if (fromRegion !== undefined && stream !== undefined && durable !== undefined) {
@@ -252,5 +254,6 @@ export function crossChecks(tree: unknown): ConfigProblem[] {
     checkGuard(link.guard, ["links", i, "guard"], out);
   });
   out.push(...orderChecks(root.links));
+  out.push(...kvChecks(root.links));
   return out;
 }

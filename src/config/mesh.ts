@@ -23,8 +23,10 @@ export interface GeneratedLink {
   readonly name: string;
   readonly mesh: number;
   readonly meshName: string;
-  /** Index in the mesh's `streams`. */
+  /** Index in the mesh's `streams` (or `buckets`, by `list`). */
   readonly stream: number;
+  /** Where the link's stream or bucket is listed. */
+  readonly list: "streams" | "buckets";
   readonly from: string;
   readonly to: string;
   /** The link keys the mesh's `link` set. */
@@ -57,29 +59,42 @@ const asString = (v: unknown): string | undefined => (typeof v === "string" ? v 
 interface MeshStream {
   readonly label: string;
   readonly in: Readonly<Record<string, unknown>>;
+  /** A stream, or a key-value bucket (its links are KV links, docs/kv.md). */
+  readonly kind: "stream" | "bucket";
+  /** Its index in its list (`streams` or `buckets`). */
+  readonly index: number;
 }
 
-function streamOf(raw: unknown): MeshStream | undefined {
+function streamOf(raw: unknown, kind: "stream" | "bucket", index: number): MeshStream | undefined {
   const s = asString(raw);
-  if (s !== undefined) return { label: s, in: {} };
+  if (s !== undefined) return { label: s, in: {}, kind, index };
   const r = asRecord(raw);
   const name = asString(r?.name);
   if (name === undefined) return undefined;
-  return { label: name, in: asRecord(r?.in) ?? {} };
+  return { label: name, in: asRecord(r?.in) ?? {}, kind, index };
 }
+
+const LIST = { stream: "streams", bucket: "buckets" } as const;
 
 /** The name of the link a mesh generates for `stream` from `from` to `to`. */
 export function meshLinkName(mesh: string, stream: string, from: string, to: string): string {
   return `${mesh}_${stream.toLowerCase()}_${from}-to-${to}`;
 }
 
-/** Pair (and stream) filters of `overrides` / `exclude`: an absent key matches any. */
-function matches(entry: Record<string, unknown>, from: string, to: string, stream: string): boolean {
+/**
+ * Pair (and stream or bucket) filters of `overrides` / `exclude`: an absent key matches any; `stream`
+ * matches only a stream's links, `bucket` only a bucket's.
+ */
+function matches(entry: Record<string, unknown>, from: string, to: string, stream: MeshStream): boolean {
   const f = asString(entry.from);
   const t = asString(entry.to);
-  const s = asString(entry.stream);
+  const s = asString(entry[stream.kind]);
+  const other = asString(entry[stream.kind === "stream" ? "bucket" : "stream"]);
   return (
-    (f === undefined || f === from) && (t === undefined || t === to) && (s === undefined || s === stream)
+    (f === undefined || f === from) &&
+    (t === undefined || t === to) &&
+    (s === undefined || s === stream.label) &&
+    other === undefined
   );
 }
 
@@ -124,32 +139,38 @@ export function expandMeshes(tree: unknown): MeshExpansion {
       } else regions.push(r);
     });
 
-    const streams: (MeshStream | undefined)[] = (Array.isArray(mesh.streams) ? mesh.streams : []).map(
-      streamOf,
-    );
-    const labels = new Map<string, number>();
+    const listed = (kind: "stream" | "bucket"): (MeshStream | undefined)[] => {
+      const raw = mesh[LIST[kind]];
+      return (Array.isArray(raw) ? raw : []).map((r, i) => streamOf(r, kind, i));
+    };
+    if (mesh.streams === undefined && mesh.buckets === undefined) {
+      problems.push({ path: at("streams"), message: "is required (or buckets)" });
+    }
+    const streams: (MeshStream | undefined)[] = [...listed("stream"), ...listed("bucket")];
+    const labels = new Map<string, string>();
     streams.forEach((s, i) => {
       if (s === undefined) return;
+      const list = LIST[s.kind];
       const part = s.label.toLowerCase();
       if (/[\s.*>/\\]/.test(part)) {
         streams[i] = undefined; // not a stream name at all: the schema says so
       } else if (!LINK_NAME_PART.test(part)) {
         problems.push({
-          path: at("streams", i),
-          message: `stream ${quote(s.label)} cannot be part of a link name (letters, digits, "-" and "_"): write it as { name: <label>, in: { <region>: ${s.label}, ... } }`,
+          path: at(list, s.index),
+          message: `${s.kind} ${quote(s.label)} cannot be part of a link name (letters, digits, "-" and "_"): write it as { name: <label>, in: { <region>: ${s.label}, ... } }`,
         });
         streams[i] = undefined;
       } else if (labels.has(part)) {
         problems.push({
-          path: at("streams", i),
-          message: `stream ${quote(s.label)} is listed twice (also streams[${labels.get(part)}])`,
+          path: at(list, s.index),
+          message: `${s.kind} ${quote(s.label)} is listed twice (also ${labels.get(part)})`,
         });
         streams[i] = undefined;
-      } else labels.set(part, i);
+      } else labels.set(part, `${list}[${s.index}]`);
       for (const r of Object.keys(s.in)) {
         if (!regions.includes(r) && !(Array.isArray(mesh.regions) && mesh.regions.includes(r))) {
           problems.push({
-            path: at("streams", i, "in", r),
+            path: at(list, s.index, "in", r),
             message: `region ${quote(r)} is not in this mesh (regions: ${regions.join(", ")})`,
           });
         }
@@ -168,12 +189,14 @@ export function expandMeshes(tree: unknown): MeshExpansion {
             });
           }
         }
-        const s = asString(entry.stream);
-        if (s !== undefined && !streams.some((x) => x?.label === s)) {
-          problems.push({
-            path: at(key, j, "stream"),
-            message: `stream ${quote(s)} is not in this mesh's streams`,
-          });
+        for (const kind of ["stream", "bucket"] as const) {
+          const s = asString(entry[kind]);
+          if (s !== undefined && !streams.some((x) => x?.kind === kind && x.label === s)) {
+            problems.push({
+              path: at(key, j, kind),
+              message: `${kind} ${quote(s)} is not in this mesh's ${LIST[kind]}`,
+            });
+          }
         }
         if (key === "overrides" && asString(entry.from) !== undefined && entry.from === entry.to) {
           problems.push({
@@ -186,23 +209,23 @@ export function expandMeshes(tree: unknown): MeshExpansion {
     const overrides = pairChecks("overrides");
     // An entry with none of from, to and stream (misspelt keys: the schema says so) excludes nothing.
     const excludes = pairChecks("exclude").filter((e) =>
-      ["from", "to", "stream"].some((k) => e[k] !== undefined),
+      ["from", "to", "stream", "bucket"].some((k) => e[k] !== undefined),
     );
     // Only the keys a mesh may set (the schema reports the others at the mesh).
     const defaults = Object.fromEntries(
       Object.entries(asRecord(mesh.link) ?? {}).filter(([k]) => MESH_LINK_KEYS.has(k)),
     );
 
-    streams.forEach((stream, s) => {
+    streams.forEach((stream) => {
       if (stream === undefined) return;
       for (const from of regions) {
         for (const to of regions) {
-          if (from === to || excludes.some((e) => matches(e, from, to, stream.label))) continue;
+          if (from === to || excludes.some((e) => matches(e, from, to, stream))) continue;
           const linkName = meshLinkName(name, stream.label, from, to);
           const clash = taken.get(linkName);
           if (clash !== undefined) {
             problems.push({
-              path: at("streams", s),
+              path: at(LIST[stream.kind], stream.index),
               message: `generated link ${quote(linkName)} has the same name as ${clash}: rename one, or exclude the pair`,
             });
             continue;
@@ -215,7 +238,7 @@ export function expandMeshes(tree: unknown): MeshExpansion {
             if (
               asString(o.from) === undefined ||
               asString(o.to) === undefined ||
-              !matches(o, from, to, stream.label)
+              !matches(o, from, to, stream)
             )
               return;
             for (const [k, v] of Object.entries(o)) {
@@ -224,15 +247,16 @@ export function expandMeshes(tree: unknown): MeshExpansion {
               overrideKeys.set(k, j);
             }
           });
-          raw.from = { region: from, stream: stream.in[from] ?? stream.label };
-          raw.to = { region: to, stream: stream.in[to] ?? stream.label };
+          raw.from = { region: from, [stream.kind]: stream.in[from] ?? stream.label };
+          raw.to = { region: to, [stream.kind]: stream.in[to] ?? stream.label };
           Object.assign(raw, settings);
           generated.push({
             index: handWritten.length + generated.length,
             name: linkName,
             mesh: m,
             meshName: name,
-            stream: s,
+            stream: stream.index,
+            list: LIST[stream.kind],
             from,
             to,
             defaultKeys: new Set(Object.keys(defaults)),
@@ -267,8 +291,9 @@ export function placeProblem(
   const g = expansion.links.find((l) => l.index === index);
   if (g === undefined) return p;
   const meshPath: (string | number)[] = ["meshes", g.mesh];
-  const message = p.message;
   const link = g.name;
+  // The generated links a problem concerns are named once, before it (groupMeshProblems).
+  const message = p.message.replace(`link ${quote(link)}`, "the link");
   if (typeof key === "string") {
     const override = g.overrideKeys.get(key);
     if (override !== undefined) {
@@ -281,7 +306,7 @@ export function placeProblem(
     if ((key === "from" || key === "to") && rest[0] === "region")
       return { path: [...meshPath, "regions"], message, link };
     if (key === "from" || key === "to" || key === "name")
-      return { path: [...meshPath, "streams", g.stream], message, link };
+      return { path: [...meshPath, g.list, g.stream], message, link };
   }
   return { path: meshPath, message, link };
 }

@@ -136,7 +136,7 @@ export function redactConfig(config: RelayConfig): unknown {
     return {
       name: l.name,
       from: { ...l.from },
-      to: { region: l.to.region, stream: l.to.stream, transform: { ...l.to.transform }, ...(l.to.expectStream ? { expectStream: l.to.expectStream } : {}), ...(l.to.order ? { order: l.to.order } : {}) },
+      to: { region: l.to.region, stream: l.to.stream, ...(l.to.bucket === undefined ? {} : { bucket: l.to.bucket }), transform: { ...l.to.transform }, ...(l.to.expectStream ? { expectStream: l.to.expectStream } : {}), ...(l.to.order ? { order: l.to.order } : {}) },
       batchSize: l.batchSize,
       inFlight: l.inFlight,
       ackWaitMs: l.ackWaitMs,

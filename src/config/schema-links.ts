@@ -34,6 +34,14 @@ const linkName = field((v) => {
   return s;
 }).meta({ valueType: "[link name](#names)", allowed: `\`${LINK_NAME.source}\`` });
 
+/** A key-value bucket's name, as the KV API allows it (`KV_<bucket>` is its stream). */
+export const bucketName = field((v) => {
+  const s = expectString(v);
+  if (!/^[-\w]+$/.test(s)) fail(`invalid bucket name ${quote(s)}: use letters, digits, "-" and "_"`);
+  if (s.length > 252) fail("bucket name is too long (at most 252 characters)");
+  return s;
+}).meta({ valueType: "bucket name", allowed: "`^[-\\w]+$`" });
+
 /** Region references in links: only the type here; existence is a cross check. */
 const regionRef = nonEmptyString.meta({ valueType: "region name", allowed: "a key of `regions`" });
 
@@ -215,7 +223,11 @@ export const LinkSchema = obj({
   }),
   from: obj({
     region: regionRef.meta({ description: "The source region; must be defined under `regions`." }),
-    stream: natsName("stream name").meta({ description: "The source stream." }),
+    stream: natsName("stream name").optional().meta({ defaultText: "`KV_<bucket>` with `from.bucket`", description: "The source stream. Give exactly one of `stream` and `bucket`." }),
+    bucket: bucketName.optional().meta({
+      description:
+        "A key-value bucket to relay instead of a stream (its stream `KV_<bucket>`): puts, deletes and purges converge by last writer wins across regions. `to.bucket` must be given too. See [KV buckets](kv.md).",
+    }),
     filter: subject("subject filter", { wildcards: true, prefix: false }).optional().meta({
       defaultText: "whole stream",
       description:
@@ -227,9 +239,14 @@ export const LinkSchema = obj({
       description:
         "The destination region; must be defined under `regions`, and must differ from `from.region`.",
     }),
-    stream: natsName("stream name").meta({
+    bucket: bucketName.optional().meta({
       description:
-        "The destination stream. It must bind every subject the link publishes (after `to.subject`) and have `limits` retention: the link checks both when it starts and again whenever the stream changes while it runs (see [Destination changes](#destination-changes-while-a-link-runs)), and fails with `DESTINATION_MISMATCH` (naming the subjects that are not bound) or `DESTINATION_RETENTION`; a PubAck from any other stream fails the link too. Without `to.expectStream` the relay sets no `Nats-Expected-Stream` header (see [Headers always stripped](#headers-always-stripped)).",
+        "The destination key-value bucket of a KV link (`from.bucket`): `$KV.<from.bucket>.<key>` is written as `$KV.<to.bucket>.<key>`, applied only when newer than what the bucket holds for the key. See [KV buckets](kv.md).",
+    }),
+    stream: natsName("stream name").optional().meta({
+      defaultText: "`KV_<bucket>` with `to.bucket`",
+      description:
+        "The destination stream (give exactly one of `stream` and `bucket`). It must bind every subject the link publishes (after `to.subject`) and have `limits` retention: the link checks both when it starts and again whenever the stream changes while it runs (see [Destination changes](#destination-changes-while-a-link-runs)), and fails with `DESTINATION_MISMATCH` (naming the subjects that are not bound) or `DESTINATION_RETENTION`; a PubAck from any other stream fails the link too. Without `to.expectStream` the relay sets no `Nats-Expected-Stream` header (see [Headers always stripped](#headers-always-stripped)).",
     }),
     subject: obj({
       stripPrefix: subject("subject prefix", { wildcards: false, prefix: true }).optional().meta({

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { quote } from "./problems.js";
-import { LinkSchema } from "./schema-links.js";
+import { bucketName, LinkSchema } from "./schema-links.js";
 import { expectString, fail, field, natsName, nonEmptyString, obj } from "./schema-fields.js";
 
 export const MESH_NAME = /^[a-z0-9][a-z0-9-]*$/;
@@ -35,6 +35,7 @@ const OverrideSchema = obj({
   from: regionRef,
   to: regionRef,
   stream: streamName.optional(),
+  bucket: bucketName.optional(),
   ...OVERRIDE_SETTINGS,
 });
 
@@ -51,29 +52,29 @@ function checkedBy<T extends z.ZodType>(schema: T, valueType: string) {
     .meta({ valueType });
 }
 
-const MeshStreamSchema = obj({
-  name: streamName,
-  in: z.record(nonEmptyString, streamName).optional(),
-});
-
-/** A stream name, or `{ name, in: { <region>: <stream> } }` when a region names it differently. */
-const meshStream = z
-  .unknown()
-  .transform((v, ctx): { name: string; in?: Record<string, string> } => {
-    const r = typeof v === "string" ? streamName.safeParse(v) : MeshStreamSchema.safeParse(v);
-    if (r.success) return typeof r.data === "string" ? { name: r.data } : r.data;
-    if (typeof v !== "string" && (typeof v !== "object" || v === null || Array.isArray(v))) {
-      ctx.issues.push({
-        code: "custom",
-        message: `must be a stream name or { name, in } (got ${quote(v)})`,
-        input: undefined,
-      });
+/** A stream (or bucket) name, or `{ name, in: { <region>: <name> } }` when a region names it differently. */
+function meshEntry(what: "stream" | "bucket", nameField: typeof streamName) {
+  const EntrySchema = obj({ name: nameField, in: z.record(nonEmptyString, nameField).optional() });
+  return z
+    .unknown()
+    .transform((v, ctx): { name: string; in?: Record<string, string> } => {
+      const r = typeof v === "string" ? nameField.safeParse(v) : EntrySchema.safeParse(v);
+      if (r.success) return typeof r.data === "string" ? { name: r.data } : (r.data as { name: string; in?: Record<string, string> });
+      if (typeof v !== "string" && (typeof v !== "object" || v === null || Array.isArray(v))) {
+        ctx.issues.push({
+          code: "custom",
+          message: `must be a ${what} name or { name, in } (got ${quote(v)})`,
+          input: undefined,
+        });
+        return z.NEVER;
+      }
+      for (const iss of r.error.issues) ctx.issues.push({ ...iss, input: undefined } as never);
       return z.NEVER;
-    }
-    for (const iss of r.error.issues) ctx.issues.push({ ...iss, input: undefined } as never);
-    return z.NEVER;
-  })
-  .meta({ valueType: "stream name or `{ name, in }`" });
+    })
+    .meta({ valueType: `${what} name or \`{ name, in }\`` });
+}
+const meshStream = meshEntry("stream", streamName);
+const meshBucket = meshEntry("bucket", bucketName);
 
 export const MeshSchema = obj({
   name: meshName.meta({
@@ -85,20 +86,27 @@ export const MeshSchema = obj({
     description:
       "The regions of the mesh. Each stream is relayed from every one to every other (active-active: each region's stream is both a source and a destination; loop prevention stops the echoes).",
   }),
-  streams: z.array(meshStream).min(1, { error: "must list at least one stream" }).meta({
+  streams: z.array(meshStream).min(1, { error: "must list at least one stream" }).optional().meta({
     allowed: "at least one",
+    defaultText: "none; `streams` or `buckets` is required",
     description:
       'The streams to relay between the regions: a name (the same in every region), or `{ name, in: { <region>: <stream> } }` for regions that name it differently (`name` elsewhere). `name`, lowercased, is the stream\'s part of the link names, so it may hold only letters, digits, "-" and "_".',
+  }),
+  buckets: z.array(meshBucket).min(1, { error: "must list at least one bucket" }).optional().meta({
+    allowed: "at least one",
+    defaultText: "none",
+    description:
+      "Key-value buckets to relay between the regions as [KV links](kv.md) (last writer wins per key): a name, or `{ name, in: { <region>: <bucket> } }`, as for `streams`. A bucket's links are named like a stream's (`<mesh>_<bucket>_<from>-to-<to>`).",
   }),
   link: checkedBy(LinkDefaultsSchema, "link settings").optional().meta({
     defaultText: "each key's default",
     description:
       "Settings for every generated link: any key of [`links`](#links) but `name`, `from`, `to` and `durable`.",
   }),
-  overrides: z.array(checkedBy(OverrideSchema, "`{ from, to, stream?, <link keys> }`")).optional().meta({
+  overrides: z.array(checkedBy(OverrideSchema, "`{ from, to, stream?, bucket?, <link keys> }`")).optional().meta({
     defaultText: "none",
     description:
-      "Settings for the links of one pair of regions: `{ from, to, <link keys> }`, with `stream` for only that stream's link. Any key of [`links`](#links) but `name`, `from` and `to`; over `link`, later overrides over earlier ones.",
+      "Settings for the links of one pair of regions: `{ from, to, <link keys> }`, with `stream` (or `bucket`) for only that stream's (bucket's) link. Any key of [`links`](#links) but `name`, `from` and `to`; over `link`, later overrides over earlier ones.",
   }),
   exclude: z
     .array(
@@ -113,13 +121,17 @@ export const MeshSchema = obj({
           defaultText: "every stream",
           description: "The stream (its `name` in `streams`) whose links are left out.",
         }),
+        bucket: bucketName.optional().meta({
+          defaultText: "every bucket",
+          description: "The bucket (its `name` in `buckets`) whose links are left out.",
+        }),
       }),
     )
     .optional()
     .meta({
       defaultText: "none",
       description:
-        "Links not generated: `{ from, to }` for one direction of a pair; leave out `from` or `to` for any region, add `stream` for only that stream's link.",
+        "Links not generated: `{ from, to }` for one direction of a pair; leave out `from` or `to` for any region, add `stream` (or `bucket`) for only that stream's (bucket's) link.",
     }),
 });
 

@@ -10,9 +10,9 @@ import { findStoredSourceSeqs } from "../nats/destination-markers.js";
 import type { SourceRef } from "../nats/destination-markers.js";
 import { streamFacts } from "../nats/stream-facts.js";
 import { unboundSubjects } from "./binding.js";
-import { EXPECTED_LAST_SEQ_MAX_LINE } from "../nats/expected-last-seq.js";
+import { EXPECTED_LAST_SEQ_MAX_LINE, EXPECTED_LAST_SUBJECT_SEQ_MAX_LINE } from "../nats/expected-last-seq.js";
 import { otherWriters, otherWritersText } from "./sole-writer.js";
-import { RelayHeaders } from "../protocol/headers.js";
+import { parseNanos, RelayHeaders } from "../protocol/headers.js";
 import type { DestinationFacts, DestinationMarkers } from "./pipeline.js";
 
 /** The stream allows per-message TTLs (`allow_msg_ttl`, nats-server 2.11+; absent before). */
@@ -100,7 +100,8 @@ export class Destination {
     return {
       stream: info.config.name,
       // Strict order adds its header to every publish: what the link measures leaves room for it.
-      maxMessageBytes: Math.min(maxPayload, maxMsgSize) - (link.to.order === "strict" ? EXPECTED_LAST_SEQ_MAX_LINE : 0),
+      // A KV link adds its expected last subject sequence the same way.
+      maxMessageBytes: Math.min(maxPayload, maxMsgSize) - (link.to.order === "strict" ? EXPECTED_LAST_SEQ_MAX_LINE : link.to.bucket !== undefined ? EXPECTED_LAST_SUBJECT_SEQ_MAX_LINE : 0),
       duplicateWindowMs: info.config.duplicate_window ? millis(info.config.duplicate_window) : 120_000,
       allowMsgTtl: allowsMsgTtl(info),
     };
@@ -113,6 +114,13 @@ export class Destination {
       findStored: (fromDestSeq, wanted) =>
         findStoredSourceSeqs(this.nc, { stream, source: { ...this.source(), link: this.link.name }, fromDestSeq, wanted, ...(this.domain ? { domain: this.domain } : {}) }),
       lastSeq: async () => (await (await this.manager()).streams.info(stream)).state.last_seq,
+      lastOnSubject: async (subject) => {
+        const m = await (await this.manager()).streams.getMessage(stream, { last_by_subj: subject });
+        if (!m) return undefined;
+        const timeNs = parseNanos(m.timestamp);
+        if (timeNs === undefined) throw new RelayError(ErrorCodes.JETSTREAM_API, `stream ${stream} seq ${m.seq}: unreadable store time ${JSON.stringify(m.timestamp)}`);
+        return { seq: m.seq, headers: m.header, timeNs };
+      },
       storedAt: async (seq) => {
         const m = await (await this.manager()).streams.getMessage(stream, { seq });
         if (!m) return undefined;

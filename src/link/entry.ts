@@ -9,6 +9,7 @@ import { ALWAYS_STRIPPED, ALWAYS_STRIPPED_PREFIX, EXPECTED_STREAM, NanosFormatte
 import { policyStrippedNames, policyStrippedPrefixes, TTL_HEADER } from "../protocol/header-policy.js";
 import { HeaderBytes } from "./header-bytes.js";
 import type { MessageIdentity } from "./identity.js";
+import type { KvVersion } from "../protocol/kv-version.js";
 import { transformSubject } from "./identity.js";
 
 /**
@@ -79,6 +80,8 @@ export interface Entry {
    * allows per-message TTLs (the header policy, protocol/header-policy.ts), else removed before the publish.
    */
   ttl: boolean;
+  /** A KV link's write: its version (docs/kv.md), read at intake; undefined on other links. */
+  kvVersion: KvVersion | undefined;
 }
 
 /**
@@ -204,6 +207,7 @@ export function newEntry(msg: Delivery, identity: MessageIdentity, ctx: EntryCon
     receivedAt: performance.now(),
     heldBytes: msg.data.length + headers.encode().length, // encoded once: the publish reuses it
     ttl: carriesTtl(copied),
+    kvVersion: undefined,
   };
 }
 

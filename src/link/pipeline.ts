@@ -17,6 +17,7 @@ import type { DestinationFacts, DestinationMarkers, FencingTokenOption, Pipeline
 import { DeadLetters } from "./stages/dead-letter.js";
 import { Health } from "./stages/health.js";
 import { Intake } from "./stages/intake.js";
+import { KvApply } from "./stages/kv-apply.js";
 import { PubAckStage } from "./stages/pub-ack.js";
 import { PublishStage } from "./stages/publish.js";
 import { RetryJudge } from "./stages/retry-judge.js";
@@ -69,7 +70,8 @@ export interface PipelineDeps {
  *   source-ack   ack at the source (each, or cumulative), only while the lease is valid
  *
  * with dead-letter.ts (the bad-message policy) and collision.ts (id collisions behind a duplicate) beside
- * them. The pipeline owns the window of entries and the pump, which runs the stages in this order.
+ * them, and for a KV link kv-apply.ts just before each publish (last writer wins per key). The pipeline
+ * owns the window of entries and the pump, which runs the stages in this order.
  *
  * Source order is kept in the destination: entries are published strictly in arrival order, and a
  * failed publish rolls the publish cursor back to it, so it and everything after it that has no PubAck
@@ -94,6 +96,8 @@ export class Pipeline {
   private readonly sourceAck: SourceAckStage;
   /** `to.order: strict` only: the chain of expected last sequences (strict-order.ts). */
   private readonly order: StrictOrder | undefined;
+  /** A KV link only: last writer wins per key (kv-apply.ts). */
+  private readonly kv: KvApply | undefined;
   private drainWaiters: (() => void)[] = [];
 
   constructor(deps: PipelineDeps) {
@@ -116,7 +120,9 @@ export class Pipeline {
     const headerRules = new HeaderRules({ link, metrics });
     const stored = (entry: Entry, seq: number) => pubAck.onStored(entry, { stream: state.destination?.stream ?? link.to.stream, seq, duplicate: true }, "found in the destination before strict order resumed");
     const order = (this.order = link.to.order === "strict" ? new StrictOrder({ link, logger, metrics, owns, window, state, markers: deps.markers, stored, scheduler }) : undefined);
-    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, headerRules, scheduler, ...(order ? { order } : {}) });
+    const lastOnSubject = deps.markers.lastOnSubject?.bind(deps.markers);
+    const kv = (this.kv = link.to.bucket !== undefined && lastOnSubject ? new KvApply({ link, logger, metrics, owns, window, markers: { lastOnSubject }, guard, tally, sourceAck, sent, scheduler }) : undefined);
+    this.publish = new PublishStage({ link, owns, logger, window, state, ledger, markers: deps.markers, health, deadLetters, pubAck, judge, sent, headerRules, scheduler, ...(order ? { order } : {}), ...(kv ? { kv } : {}) });
     this.claim = new ClaimStage({ link, guard, metrics, logger, state, fencingToken, health, versions, tally, deadLetters, sourceAck, scheduler });
     this.intake = new Intake({ link, links: deps.links, owns, logger, ledger, tally, deadLetters, sourceAck, headerRules });
   }
@@ -188,7 +194,10 @@ export class Pipeline {
   /** What the link read about the destination; publishing waits until it is known. Ends a hold. */
   setDestination(facts: DestinationFacts): void {
     const first = this.state.destination === undefined;
-    if (this.state.held) this.order?.forget("the destination changed"); // its last sequence is read again
+    if (this.state.held) {
+      this.order?.forget("the destination changed"); // its last sequence is read again
+      this.kv?.forget(); // so are its keys
+    }
     this.state.destination = facts;
     if (first) this.claim.screenQueued();
     this.state.held = false;
@@ -253,6 +262,7 @@ export class Pipeline {
   async abandon(): Promise<void> {
     this.scheduler.cancel();
     this.order?.forget("the pipeline was abandoned");
+    this.kv?.forget();
     const claimed = this.window.clear();
     this.claim.clear();
     this.commit.clear();

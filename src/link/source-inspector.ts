@@ -14,7 +14,7 @@ import type { LinkResyncReason } from "./link-status.js";
 
 export interface SourceInspectorDeps {
   readonly config: LinkConfig;
-  readonly metrics: Pick<RelayMetrics, "gapMessages" | "sourceClockOffset">;
+  readonly metrics: Pick<RelayMetrics, "gapMessages" | "sourceClockOffset" | "kvSuperseded">;
   readonly logger: Logger;
   /** The link halts (a gap under `onGap: halt`). */
   fail(err: RelayError): void;
@@ -114,6 +114,17 @@ export class SourceInspector {
    */
   private gapFound(gap: Gap): boolean {
     const { config } = this.deps;
+    if (config.to.bucket !== undefined) {
+      // A KV link: a bucket drops a key's older writes by itself (a newer write past `history`, a
+      // purge's rollup, its TTL), and its state is each key's latest write, which is relayed: not a
+      // loss, not a gap, and no onGap policy (docs/kv.md).
+      this.deps.metrics.kvSuperseded.inc({ link: config.name }, gap.count);
+      this.deps.logger.info(
+        { fromSeq: gap.fromSeq, toSeq: gap.toSeq, count: gap.count, exact: gap.exact },
+        `kv: the source bucket removed ${gap.exact ? "" : "up to "}${gap.count} writes before the link relayed them (superseded by newer writes of their keys, a purge, the bucket's history or TTL); each key's latest write is relayed`,
+      );
+      return true;
+    }
     this.found.push(gap);
     if (this.found.length > 10) this.found.shift();
     this.deps.metrics.gapMessages.inc({ link: config.name }, gap.count);

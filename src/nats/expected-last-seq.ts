@@ -13,8 +13,18 @@ export const EXPECTED_LAST_SEQ = "Nats-Expected-Last-Sequence";
 /** The longest line the header adds (a sequence has at most 20 digits), for the size limit. */
 export const EXPECTED_LAST_SEQ_MAX_LINE = `${EXPECTED_LAST_SEQ}: \r\n`.length + 20;
 
+/**
+ * `Nats-Expected-Last-Subject-Sequence` (a KV link's publish, docs/kv.md): stored only if the last
+ * message on the publish's subject is this sequence (0: none), else err_code 10071 as above.
+ */
+export const EXPECTED_LAST_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence";
+
+/** The longest line the subject variant adds, for the size limit. */
+export const EXPECTED_LAST_SUBJECT_SEQ_MAX_LINE = `${EXPECTED_LAST_SUBJECT_SEQ}: \r\n`.length + 20;
+
 const CRLF_LENGTH = 2;
 const NAME = Buffer.from(`${EXPECTED_LAST_SEQ}: `, "latin1");
+const SUBJECT_NAME = Buffer.from(`${EXPECTED_LAST_SUBJECT_SEQ}: `, "latin1");
 const CR = 0x0d;
 const LF = 0x0a;
 const ZERO = 0x30;
@@ -38,6 +48,15 @@ class Encoded implements EncodedHeaders {
  * encoded per call cost 3.7 µs; this, about a tenth of it).
  */
 export function withExpectedLastSeq(headers: EncodedHeaders, lastSeq: number): MsgHdrs & EncodedHeaders {
+  return withSequenceLine(headers, NAME, lastSeq);
+}
+
+/** `headers` with `Nats-Expected-Last-Subject-Sequence: <lastSeq>` added (a KV link's publish). */
+export function withExpectedLastSubjectSeq(headers: EncodedHeaders, lastSeq: number): MsgHdrs & EncodedHeaders {
+  return withSequenceLine(headers, SUBJECT_NAME, lastSeq);
+}
+
+function withSequenceLine(headers: EncodedHeaders, NAME: Buffer, lastSeq: number): MsgHdrs & EncodedHeaders {
   const block = headers.encode();
   const keep = block.length - CRLF_LENGTH;
   let digits = 1;

@@ -150,6 +150,18 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    kvConflicts: new Counter({
+      name: "relay_kv_conflicts_total",
+      help: "KV link writes that met a newer write of their key in the destination bucket, by outcome: remote_older (the remote write was older than what the bucket holds: not applied, acked as a stale_version correction), local_write_between (a write landed on the key between the relay's read and its publish: the publish was refused by its expected last subject sequence and decided again)",
+      labelNames: ["link", "outcome"] as const,
+      registers,
+    }),
+    kvSuperseded: new Counter({
+      name: "relay_kv_superseded_total",
+      help: "KV link writes the source bucket removed before the link relayed them (superseded by a newer write of the key past the bucket's history, a purge's rollup, or expired): a bucket's state is each key's latest write, which is relayed, so these are not gaps",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     staleRetries: new Counter({
       name: "relay_stale_retries_total",
       help: "Retried publishes dropped as stale versions when judged again (a newer version of the entity was sent to the destination or committed in the guard after the first attempt failed); also counted as stale_version corrections",

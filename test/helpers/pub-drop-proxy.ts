@@ -20,11 +20,18 @@ export interface PubDropProxy {
   readonly url: string;
   /** Arms the drop of the next publish frame holding `marker`; resolves when one was dropped. */
   dropPublish(marker: string): Promise<void>;
+  /**
+   * Arms a hold of the next publish frame holding `marker`: it is kept back (everything else passes)
+   * until `release()`, then forwarded. `held` resolves when one is being held.
+   */
+  holdPublish(marker: string): { readonly held: Promise<void>; release(): void };
 }
 
 interface Armed {
   readonly marker: Buffer;
   readonly done: () => void;
+  /** Held instead of dropped: forwards the frame when the hold is released. */
+  readonly hold?: (forward: () => void) => void;
 }
 
 const CRLF = Buffer.from("\r\n");
@@ -55,6 +62,12 @@ export async function startPubDropProxy(t: HasAfter, targetPort: number): Promis
         if (drop && isPublish(frame) && frame.includes(drop.marker)) {
           armed = undefined;
           drop.done();
+          if (drop.hold) {
+            const held = Buffer.from(frame);
+            drop.hold(() => {
+              if (!upstream.destroyed) upstream.write(held);
+            });
+          }
           continue;
         }
         out.push(frame);
@@ -84,6 +97,28 @@ export async function startPubDropProxy(t: HasAfter, targetPort: number): Promis
       return new Promise<void>((resolve) => {
         armed = { marker: Buffer.from(marker), done: resolve };
       });
+    },
+    holdPublish(marker: string) {
+      if (armed) throw new Error("pub-drop proxy: a drop is already armed");
+      let forward: (() => void) | undefined;
+      let released = false;
+      const held = new Promise<void>((resolve) => {
+        armed = {
+          marker: Buffer.from(marker),
+          done: resolve,
+          hold: (f) => {
+            if (released) f();
+            else forward = f;
+          },
+        };
+      });
+      return {
+        held,
+        release() {
+          released = true;
+          forward?.();
+        },
+      };
     },
   };
 }

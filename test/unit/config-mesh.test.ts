@@ -186,7 +186,7 @@ meshes:
     "meshes[0].link.durable: unknown key (allowed: batchSize, inFlight, inFlightBytes, ackWait, sourceAcks, publishTimeout, stripHeaders, maxHops, onBadMessage, onGap, maxReplayAge, stallAfter, guard, partitions, startAt, audit, maxRate)",
     'meshes[0].overrides[0].batchSize: generated links "global_orders_us-east-to-us-west", "global_users_us-east-to-us-west": must not be larger than inFlight (10)',
     'meshes[0].overrides[1].to: region "ap-south" is not in this mesh (regions: us-east, us-west)',
-    "meshes[0].exclude[0].form: unknown key (allowed: from, to, stream)",
+    "meshes[0].exclude[0].form: unknown key (allowed: from, to, stream, bucket)",
     'meshes[1].name: invalid mesh name "Global": use lowercase letters, digits and "-", starting with a letter or digit',
     "meshes[1].regions: a mesh needs at least two regions",
     "meshes[1].streams: must list at least one stream",

@@ -42,6 +42,15 @@ export interface DestinationMarkers {
   storedAt(destSeq: number): Promise<{ readonly source: string; readonly data: Uint8Array } | undefined>;
   /** The destination stream's last sequence now (`to.order: strict` resumes its chain from it). */
   lastSeq(): Promise<number>;
+  /** The latest message on `subject` (undefined: none): a KV link's key as the bucket holds it (kv-apply.ts). */
+  lastOnSubject?(subject: string): Promise<LastOnSubject | undefined>;
+}
+
+/** The latest message on a subject in the destination: its sequence, headers and store time (ns). */
+export interface LastOnSubject {
+  readonly seq: number;
+  readonly headers: { get(name: string): string } | undefined;
+  readonly timeNs: bigint;
 }
 
 /** Asks for the pump to run: on the next turn (`schedule`), or at a deadline (`scheduleAt`). */

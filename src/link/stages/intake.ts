@@ -16,6 +16,7 @@ import { entryContext, newEntry } from "../entry.js";
 import { identify, route } from "../identity.js";
 import type { DeadLetters } from "./dead-letter.js";
 import type { HeaderRules } from "./header-rules.js";
+import { prepareKvWrite } from "./kv-apply.js";
 import type { SourceAckStage } from "./source-ack.js";
 import type { Tally } from "./tally.js";
 
@@ -105,6 +106,11 @@ export class Intake {
       return undefined;
     }
     const entry = newEntry(msg, result.identity, this.entryContext);
+    if (link.to.bucket !== undefined) {
+      // A KV link: the write's version, read once here (a malformed one is a bad message).
+      const problem = prepareKvWrite(entry, msg, link);
+      if (problem !== undefined) return this.needs.deadLetters.badMessage(entry, problem);
+    }
     if (snapshot !== undefined) {
       entry.headers.append(RelayHeaders.Snapshot, snapshot);
       entry.dseq = Number.MAX_SAFE_INTEGER; // a resync pass's own numbering: it holds back no ack of the durable's

@@ -19,6 +19,7 @@ import type { HeaderRules } from "./header-rules.js";
 import type { Health } from "./health.js";
 import type { PubAckStage } from "./pub-ack.js";
 import type { RetryJudge } from "./retry-judge.js";
+import type { KvApply, KvPublish } from "./kv-apply.js";
 import type { StrictOrder } from "./strict-order.js";
 import type { SentVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
@@ -42,6 +43,8 @@ export interface PublishNeeds {
   readonly scheduler: Scheduler;
   /** `to.order: strict`: every publish to the destination is a link of its chain (strict-order.ts). */
   readonly order?: Pick<StrictOrder, "ready" | "chain" | "answered" | "forget">;
+  /** A KV link: every write is judged against the key's latest write in the bucket first (kv-apply.ts). */
+  readonly kv?: Pick<KvApply, "decide" | "answered">;
 }
 
 /** Publishes between two checks of the lease within one pass (see `next`). */
@@ -63,7 +66,7 @@ export class PublishStage {
   /** Publishes what is ready from the cursor on, in order, until an undecided entry or a block. */
   next(): void {
     const publisher = this.publisher;
-    const { window, state, health, ledger, order } = this.needs;
+    const { window, state, health, ledger, order, kv } = this.needs;
     const dest = state.destination;
     if (!publisher || !dest) return;
     if (window.publishPos < window.head) window.publishPos = window.head;
@@ -111,6 +114,14 @@ export class PublishStage {
           if (verdict === "stale") continue; // finished: the cursor moves past it
         }
       }
+      let kvPublish: KvPublish | undefined;
+      if (kv && entry.deadLetterReason === undefined) {
+        // Last writer wins: published only when newer than what the bucket holds for its key.
+        const verdict = kv.decide(entry, window.publishPos);
+        if (verdict === "wait") return;
+        if (verdict === "finished") continue; // a conflict or a duplicate: the cursor moves past it
+        kvPublish = verdict;
+      }
       window.publishPos++;
       entry.state = "publishing";
       this.needs.sent.sent(entry);
@@ -123,6 +134,13 @@ export class PublishStage {
         // Strict order: this and every later attempt can only be stored above where the chain was read
         // (a tighter floor than the link's own highest sequence, 0 in a fresh process: a look reads less).
         entry.destFloor = Math.max(ledger.lastDestSeq, link?.base ?? 0);
+      }
+      if (kv && kvPublish) {
+        const judged = kvPublish;
+        publisher.publish(entry.subject, entry.data, judged.headers, (err, ack) => {
+          if (!kv.answered(entry, attempt, judged, err, ack)) this.needs.pubAck.onPubAck(entry, attempt, err, ack);
+        }, wallNow);
+        continue;
       }
       if (order && link) {
         publisher.publish(entry.subject, entry.data, link.headers, (err, ack) => {
