@@ -65,8 +65,8 @@ export function entryText(e: KvDifference["from"]): string {
 const KIND_TEXT: Record<KvDifferenceKind, string> = {
   missing: "missing on one side",
   older: "one side holds an older version",
-  conflict: "same version, different content (corrupt: no winner)",
-  unreadable: "a version header is malformed (not compared)",
+  conflict: "same version, different content: corrupt, no winner",
+  unreadable: "a version header is malformed: not compared",
 };
 
 export function differenceLines(d: KvDifference, from: string, to: string): string[] {
