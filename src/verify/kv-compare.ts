@@ -27,7 +27,10 @@ export interface KvEntry {
   /** Undefined when the entry's version headers cannot be read (`versionProblem` says why). */
   readonly version?: KvVersion;
   readonly versionProblem?: string;
-  /** The value's size in bytes and its SHA-256 (hex): never the value. */
+  /**
+   * The value's size in bytes and the first 128 bits of its SHA-256 (32 hex digits: enough to tell a
+   * corrupt copy, half the memory per key of the whole): never the value.
+   */
   readonly size: number;
   readonly digest: string;
 }
@@ -45,7 +48,7 @@ export function kvOpOf(headers: Headers): KvOp {
  * it is stored in (a local write's version, kvVersionOf).
  */
 export function kvEntryOf(headers: Headers, data: Uint8Array, seq: number, storedNs: bigint, region: string): KvEntry {
-  const base = { seq, op: kvOpOf(headers), size: data.length, digest: createHash("sha256").update(data).digest("hex") };
+  const base = { seq, op: kvOpOf(headers), size: data.length, digest: createHash("sha256").update(data).digest("hex").slice(0, 32) };
   try {
     return { ...base, version: kvVersionOf(headers, storedNs, region) };
   } catch (err) {

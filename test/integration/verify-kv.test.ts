@@ -101,9 +101,13 @@ async function diverge(s: Buckets): Promise<void> {
   // The same version, different values: corrupt, no winner.
   await write(from, "conflict", "conflict-value-1", { version: "6000 a" });
   await write(to, "conflict", "conflict-value-2", { version: "6000 a" });
+  // A malformed version on one side: not compared.
+  await write(from, "bad-version", "b", { version: "soon" });
+  await write(to, "bad-version", "b", { version: "7000 a" });
 }
 
 const DIVERGED = [
+  "bad-version unreadable -",
   "conflict conflict -",
   "older-b older from",
   "only-a missing from",
@@ -120,13 +124,13 @@ test("verify --kv finds exactly the keys that differ, and how; repair --kv puts 
   const { report, comparison } = await verifyKvSides("kv-a-b", s.sides);
   assert.deepEqual(shape(comparison.differences), DIVERGED);
   assert.equal(report.agree, false);
-  assert.equal(report.keys, 9);
+  assert.equal(report.keys, 10);
   assert.equal(report.same, 2);
-  assert.deepEqual(report.differences.byKind, { missing: 2, older: 4, conflict: 1, unreadable: 0 });
+  assert.deepEqual(report.differences.byKind, { missing: 2, older: 4, conflict: 1, unreadable: 1 });
   assert.deepEqual(report.differences.newerOn, { from: 3, to: 3 });
   assert.equal(report.differences.tombstoneVsValue, 1);
-  assert.deepEqual({ values: report.from.values, tombstones: report.from.tombstones }, { values: 7, tombstones: 1 });
-  assert.deepEqual({ values: report.to.values, tombstones: report.to.tombstones }, { values: 5, tombstones: 3 });
+  assert.deepEqual({ values: report.from.values, tombstones: report.from.tombstones }, { values: 8, tombstones: 1 });
+  assert.deepEqual({ values: report.to.values, tombstones: report.to.tombstones }, { values: 6, tombstones: 3 });
   const writer = comparison.differences.find((d) => d.key === "writer");
   assert.equal(writer?.from?.version, "5000 a", "a writer's KV-Version, in the region of its bucket");
   const conflict = comparison.differences.find((d) => d.key === "conflict");
@@ -136,7 +140,7 @@ test("verify --kv finds exactly the keys that differ, and how; repair --kv puts 
   const items = await putBackKv("kv-a-b", s.sides, comparison.differences);
   assert.deepEqual(
     items.map((i) => `${i.key} ${i.outcome ?? "-"}`),
-    ["conflict undecided", "older-b repaired", "only-a repaired", "only-b-del repaired", "purged-in-b repaired", "tie repaired", "writer repaired"],
+    ["bad-version undecided", "conflict undecided", "older-b repaired", "only-a repaired", "only-b-del repaired", "purged-in-b repaired", "tie repaired", "writer repaired"],
   );
 
   // What was put back: the winner's value, version and operation.
@@ -156,19 +160,24 @@ test("verify --kv finds exactly the keys that differ, and how; repair --kv puts 
   assert.match(onlyA?.header.get("Relay-KV-Version") ?? "", /^\d{19} a$/, "a local write's version (its store time in a) travels with the copy");
 
   const after = await verifyKvSides("kv-a-b", s.sides);
-  assert.deepEqual(shape(after.comparison.differences), ["conflict conflict -"], "only the conflict is left: it has no winner");
+  assert.deepEqual(
+    shape(after.comparison.differences),
+    ["bad-version unreadable -", "conflict conflict -"],
+    "only the keys without a winner are left",
+  );
 
-  // A new write settles the conflict (newer than both); repair carries it over; then they agree.
+  // New writes settle them (newer than both sides); repair carries them over; then the buckets agree.
   await s.kva.put("conflict", "settled");
+  await s.kva.put("bad-version", "settled");
   const second = await verifyKvSides("kv-a-b", s.sides);
-  assert.deepEqual(shape(second.comparison.differences), ["conflict older from"]);
+  assert.deepEqual(shape(second.comparison.differences), ["bad-version older from", "conflict older from"]);
   assert.deepEqual(
     (await putBackKv("kv-a-b", s.sides, second.comparison.differences)).map((i) => i.outcome),
-    ["repaired"],
+    ["repaired", "repaired"],
   );
   const final = await verifyKvSides("kv-a-b", s.sides);
   assert.equal(final.report.agree, true, JSON.stringify(final.report.differences));
-  assert.equal(final.report.same, 9);
+  assert.equal(final.report.same, 10);
 });
 
 test("repair --kv never overwrites a write that lands between its read and its write: the key is reported changed", async (t) => {
@@ -198,10 +207,10 @@ test("repair --kv never overwrites a write that lands between its read and its w
 
   // The next round sees the new writes and converges them (the conflict aside).
   const again = await verifyKvSides("kv-a-b", s.sides);
-  assert.deepEqual(shape(again.comparison.differences), ["conflict conflict -", "older-b older to", "only-a missing from", "tie older from"]);
+  assert.deepEqual(shape(again.comparison.differences), ["bad-version unreadable -", "conflict conflict -", "older-b older to", "only-a missing from", "tie older from"]);
   assert.deepEqual(
     (await putBackKv("kv-a-b", s.sides, again.comparison.differences)).map((i) => i.outcome),
-    ["undecided", "repaired", "repaired", "repaired"],
+    ["undecided", "undecided", "repaired", "repaired", "repaired"],
   );
   assert.equal((await s.kva.get("older-b"))?.string(), "landed-in-b");
   assert.equal((await s.kvb.get("tie"))?.string(), "landed-in-a");
@@ -238,8 +247,8 @@ ${link}
   assert.ok(dry.items.every((i) => i.outcome === undefined), "a dry run writes nothing");
   assert.equal((await verifyKvLink(kvConfig, "kv-a-b")).differences.count, DIVERGED.length);
   const repaired = await repairKvLink(kvConfig, "kv-a-b");
-  assert.deepEqual(repaired.items.filter((i) => i.outcome !== "repaired").map((i) => i.key), ["conflict"]);
-  assert.equal((await verifyKvLink(kvConfig, "kv-a-b")).differences.count, 1);
+  assert.deepEqual(repaired.items.filter((i) => i.outcome !== "repaired").map((i) => i.key), ["bad-version", "conflict"]);
+  assert.equal((await verifyKvLink(kvConfig, "kv-a-b")).differences.count, 2);
 
   const cli = async (args: readonly string[]) => {
     const p = new RelayProcess(args);
@@ -267,15 +276,16 @@ ${link}
     return;
   }
   await s.kva.put("conflict", "settled");
+  await s.kva.put("bad-version", "settled");
   const differ = await cli(["verify", "--config", kvLink, "--link", "kv-a-b", "--kv", "--json"]);
   assert.equal(differ.code, 1, differ.err);
-  assert.deepEqual((JSON.parse(differ.out) as KvVerifyReport).differences.examples.map((d) => `${d.key} ${d.kind} ${d.winner}`), ["conflict older from"]);
+  assert.deepEqual((JSON.parse(differ.out) as KvVerifyReport).differences.examples.map((d) => `${d.key} ${d.kind} ${d.winner}`), ["bad-version older from", "conflict older from"]);
   const plain = await cli(["verify", "--config", kvLink, "--link", "kv-a-b"]);
   assert.equal(plain.code, 2);
   assert.match(plain.err, /is a KV link: verify it with --kv/);
   const fix = await cli(["repair", "--config", kvLink, "--link", "kv-a-b", "--kv"]);
   assert.equal(fix.code, 0, fix.out + fix.err);
-  assert.match(fix.out, /result: 1 repaired, 0 changed meanwhile, 0 undecided, 0 failed/);
+  assert.match(fix.out, /result: 2 repaired, 0 changed meanwhile, 0 undecided, 0 failed/);
   const agree = await cli(["verify", "--config", kvLink, "--link", "kv-a-b", "--kv"]);
   assert.equal(agree.code, 0, agree.out + agree.err);
   assert.match(agree.out, /result: AGREE/);
