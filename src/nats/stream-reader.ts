@@ -75,7 +75,7 @@ export async function readStream(
     state.first_seq,
     opts.startSeq ?? (opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs)),
   );
-  const endSeq = Math.min(state.last_seq, opts.endSeq ?? Infinity);
+  let endSeq = Math.min(state.last_seq, opts.endSeq ?? Infinity);
   const maxMessages = opts.maxMessages ?? Infinity;
   if (state.messages === 0 || startSeq > endSeq) {
     opts.onTotal?.(0);
@@ -94,6 +94,15 @@ export async function readStream(
     });
   } catch (err) {
     throw classifyJsError(err, `stream ${where}`);
+  }
+  if (opts.lastPerSubject) {
+    // A subject written to after `state` was read has its last message past that end, and its earlier
+    // ones are not delivered: the end is the stream's last sequence once the consumer exists.
+    const now = await infoOf(jsm, side).catch(async (err: unknown) => {
+      await consumer.delete().catch(() => undefined);
+      throw err;
+    });
+    endSeq = Math.min(now.state.last_seq, opts.endSeq ?? Infinity);
   }
   const pending = (await consumer.info(true)).num_pending;
   opts.onTotal?.(pending);

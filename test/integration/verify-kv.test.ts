@@ -12,6 +12,7 @@ import { putBackKv, repairKvLink } from "../../src/verify/kv-repair.js";
 import type { KvVerifyReport } from "../../src/verify/kv-report.js";
 import type { KvSide } from "../../src/verify/kv-verify.js";
 import { verifyKvLink, verifyKvSides } from "../../src/verify/kv-verify.js";
+import { readStream, readStreamInfo } from "../../src/nats/stream-reader.js";
 import { uniqueName } from "../helpers/check.js";
 import { RelayProcess, writeConfig } from "../helpers/relays.js";
 import { connectTo } from "../helpers/streams.js";
@@ -289,4 +290,19 @@ ${link}
   const agree = await cli(["verify", "--config", kvLink, "--link", "kv-a-b", "--kv"]);
   assert.equal(agree.code, 0, agree.out + agree.err);
   assert.match(agree.out, /result: AGREE/);
+});
+
+test("a last-per-subject read sees a key written after the stream's state was read: its new last message, not nothing", async (t) => {
+  const s = await twoBuckets(t);
+  const { from } = s.sides;
+  await write(from, "k1", "one");
+  await write(from, "k2", "two");
+  const before = await readStreamInfo(from);
+  const rewritten = await write(from, "k1", "one again"); // its earlier message is not the last any more
+  const seen = new Map<string, number>();
+  await readStream(from, { info: before, filterSubject: `$KV.${from.bucket}.>`, lastPerSubject: true, payloads: true }, (m, seq) => {
+    seen.set(m.subject.slice(`$KV.${from.bucket}.`.length), seq);
+    assert.ok(m.data.length > 0, "payloads are delivered");
+  });
+  assert.deepEqual(Object.fromEntries(seen), { k1: rewritten, k2: 2 });
 });
