@@ -21,7 +21,7 @@ export interface ReadOptions {
   readonly startMs?: number;
   /** Start at this sequence (from `startSeqOf`, already computed): `startMs` is then not looked up again. */
   readonly startSeq?: number;
-  /** Messages per pull (default 4096: headers only, so a batch is small). */
+  /** Messages per pull (default 4096: headers only, so a batch is small; 64 with `payloads`). */
   readonly batch?: number;
   /** Fail when no message arrives for this long while some are still pending (default 30 s). */
   readonly idleTimeoutMs?: number;
@@ -33,6 +33,14 @@ export interface ReadOptions {
   readonly endSeq?: number;
   /** Stop after this many messages (a paced reader reads in chunks and goes on from `lastSeq` + 1). */
   readonly maxMessages?: number;
+  /**
+   * Only the last message of each subject (under `filterSubject`), in stream order: a KV bucket's
+   * latest entry per key. `startMs`/`startSeq` do not apply. After a consumer reset the read goes on
+   * from the next sequence with every message: the caller keeps the highest sequence per subject.
+   */
+  readonly lastPerSubject?: boolean;
+  /** Deliver payloads too (default: headers only). */
+  readonly payloads?: boolean;
 }
 
 export interface ReadResult {
@@ -49,9 +57,9 @@ export interface ReadResult {
 const QUIET_END_MS = 1_000;
 
 /**
- * Reads a stream once, in stream order, through an ordered consumer with `headers_only`: the server
- * never sends payloads, and `onMessage` runs synchronously for each message, so nothing piles up here
- * beyond one pull batch. Ends at the stream's last sequence as of the start (later messages are not
+ * Reads a stream once, in stream order, through an ordered consumer with `headers_only` (unless
+ * `payloads`): the server never sends payloads, and `onMessage` runs synchronously for each message,
+ * so nothing piles up here beyond one pull batch. Ends at the stream's last sequence as of the start (later messages are not
  * waited for) or, under a subject filter, when nothing matching it is pending. The ordered consumer survives
  * reconnects and leader changes by re-creating itself at the next sequence.
  */
@@ -67,7 +75,7 @@ export async function readStream(
     state.first_seq,
     opts.startSeq ?? (opts.startMs === undefined ? 1 : await seqAtTime(jsm, side.stream, opts.startMs)),
   );
-  const endSeq = Math.min(state.last_seq, opts.endSeq ?? Infinity);
+  let endSeq = Math.min(state.last_seq, opts.endSeq ?? Infinity);
   const maxMessages = opts.maxMessages ?? Infinity;
   if (state.messages === 0 || startSeq > endSeq) {
     opts.onTotal?.(0);
@@ -80,12 +88,21 @@ export async function readStream(
     // opt_start_seq rather than opt_start_time: the ordered consumer re-creates itself from a sequence
     // after a reset, and the server refuses a start time next to a start sequence.
     consumer = await js.consumers.get(side.stream, {
-      headers_only: true,
-      opt_start_seq: startSeq,
+      headers_only: opts.payloads !== true,
+      ...(opts.lastPerSubject ? { deliver_policy: DeliverPolicy.LastPerSubject } : { opt_start_seq: startSeq }),
       ...(opts.filterSubject ? { filter_subjects: opts.filterSubject } : {}),
     });
   } catch (err) {
     throw classifyJsError(err, `stream ${where}`);
+  }
+  if (opts.lastPerSubject) {
+    // A subject written to after `state` was read has its last message past that end, and its earlier
+    // ones are not delivered: the end is the stream's last sequence once the consumer exists.
+    const now = await infoOf(jsm, side).catch(async (err: unknown) => {
+      await consumer.delete().catch(() => undefined);
+      throw err;
+    });
+    endSeq = Math.min(now.state.last_seq, opts.endSeq ?? Infinity);
   }
   const pending = (await consumer.info(true)).num_pending;
   opts.onTotal?.(pending);
@@ -117,7 +134,8 @@ export async function readStream(
   );
   try {
     messages = await consumer.consume({
-      max_messages: opts.batch ?? 4_096,
+      // With payloads a batch is small: a value may be as large as the server's max_payload.
+      max_messages: opts.batch ?? (opts.payloads ? 64 : 4_096),
       callback: (m: JsMsg) => {
         if (once.done) return;
         // The ack subject read once, cheaply (the client's m.seq / m.info build an object per message).

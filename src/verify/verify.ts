@@ -140,8 +140,8 @@ export async function verifySides(
 }
 
 /** One read, with a progress line (total: the read's pending count) when `opts.progress` is set. */
-async function withProgress(
-  opts: VerifyOptions,
+export async function withProgress(
+  opts: Pick<VerifyOptions, "progress">,
   label: string,
   side: StreamSide,
   read: ReadOptions,
