@@ -21,7 +21,12 @@ export type LinkState = (typeof LINK_STATES)[number];
 export const MESSAGE_OUTCOMES = ["relayed", "duplicate", "stale", "loop", "dead_lettered"] as const;
 export type MessageOutcome = (typeof MESSAGE_OUTCOMES)[number];
 
-export const CORRECTION_KINDS = ["broker_duplicate", "guard_duplicate", "stale_version"] as const;
+/**
+ * `kv_conflict`: a KV link's remote write older than what the destination bucket holds for its key
+ * (last writer wins): expected wherever two regions write one key, so the correction-rate alerts leave
+ * it out (deploy/prometheus/alerts.yml); `relay_kv_conflicts_total` counts it by outcome.
+ */
+export const CORRECTION_KINDS = ["broker_duplicate", "guard_duplicate", "stale_version", "kv_conflict"] as const;
 export type CorrectionKind = (typeof CORRECTION_KINDS)[number];
 
 /** 1 ms … 1 day, roughly ×4 apart: replay age spans live traffic and day-long outages. */
@@ -47,7 +52,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     corrections: new Counter({
       name: "relay_corrections_total",
-      help: "Duplicates and stale versions suppressed, by kind (broker_duplicate|guard_duplicate|stale_version)",
+      help: "Duplicates and stale versions suppressed, by kind (broker_duplicate|guard_duplicate|stale_version|kv_conflict: a KV link's remote write older than the key's latest in the destination bucket, left out of the correction-rate alerts)",
       labelNames: ["link", "kind"] as const,
       registers,
     }),
@@ -152,7 +157,7 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
     }),
     kvConflicts: new Counter({
       name: "relay_kv_conflicts_total",
-      help: "KV link writes that met a newer write of their key in the destination bucket, by outcome: remote_older (the remote write was older than what the bucket holds: not applied, acked as a stale_version correction), local_write_between (a write landed on the key between the relay's read and its publish: the publish was refused by its expected last subject sequence and decided again)",
+      help: "KV link writes that met a newer write of their key in the destination bucket, by outcome: remote_older (the remote write was older than what the bucket holds: not applied, acked as a kv_conflict correction), local_write_between (a write landed on the key between the relay's read and its publish: the publish was refused by its expected last subject sequence and decided again)",
       labelNames: ["link", "outcome"] as const,
       registers,
     }),

@@ -61,7 +61,7 @@ test("/metrics counts what the test sent; /status, /readyz and /healthz answer",
     links: { name: string; state: string; corrections: Record<string, number> }[];
   };
   assert.equal(status.region, "b");
-  assert.deepEqual(status.links[0]?.corrections, { broker_duplicate: 20, guard_duplicate: 0, stale_version: 0 });
+  assert.deepEqual(status.links[0]?.corrections, { broker_duplicate: 20, guard_duplicate: 0, stale_version: 0, kv_conflict: 0 });
   assert.deepEqual(status.links.map((l) => [l.name, l.state]), [["a-to-b", "live"]]);
   assert.equal((await fetch(`${url}/nope`)).status, 404);
 });

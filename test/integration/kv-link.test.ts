@@ -90,7 +90,7 @@ test("KV link: a local write between the relay's read and its publish is never o
   assert.equal(await metricValue(relay, "relay_kv_conflicts_total", { outcome: "local_write_between" }), 1);
   assert.equal(await metricValue(relay, "relay_messages_total", { outcome: "relayed" }), 0);
   assert.equal(await metricValue(relay, "relay_messages_total", { outcome: "stale" }), 1);
-  assert.equal(await metricValue(relay, "relay_corrections_total", { kind: "stale_version" }), 1);
+  assert.equal(await metricValue(relay, "relay_corrections_total", { kind: "kv_conflict" }), 1);
   const got = await b.kv.get("k");
   assert.equal(got?.string(), "local", "the local write stays");
   assert.equal((await history(b, bucket)).length, 1, "nothing else was stored");

@@ -145,7 +145,7 @@ test("an older write is dropped only on a fresh read of the bucket, as a counted
   assert.equal(bucket.latest.get("$KV.cfg.j")?.value, "new key");
   assert.equal(await conflicts("remote_older"), 1);
   assert.equal(pipeline.outcomes.stale, 1);
-  assert.equal(pipeline.corrections.stale_version, 1);
+  assert.equal(pipeline.corrections.kv_conflict, 1);
 });
 
 test("a local write between the read and the publish is never overwritten: the publish is refused and decided again", async (t) => {

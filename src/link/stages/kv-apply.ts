@@ -9,7 +9,7 @@
  *   once ahead of the publish cursor; what this link stored itself (its PubAck) is remembered, so a
  *   hot key costs no read per write (a wrong guess is refused by the server and read again).
  * - Writes of one key are serialized: a write waits until the one before it is answered.
- * - An older write is a conflict: acked at the source as a `stale_version` correction, counted in
+ * - An older write is a conflict: acked at the source as a `kv_conflict` correction, counted in
  *   `relay_kv_conflicts_total{outcome="remote_older"}`, logged with the key and both versions. A write
  *   whose version the bucket holds already (it came by another route) is a duplicate. Both are judged
  *   only on a fresh read, never on a remembered PubAck.
@@ -198,7 +198,7 @@ export class KvApply {
       needs.sourceAck.finish(entry, "duplicate");
       return;
     }
-    needs.tally.correct("stale_version");
+    needs.tally.correct("kv_conflict");
     needs.metrics.kvConflicts.inc({ link: needs.link.name, outcome: "remote_older" });
     this.logConflict(detail);
     needs.sourceAck.finish(entry, "stale");

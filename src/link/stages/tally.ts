@@ -19,7 +19,7 @@ export class Tally {
   /** The link's per-message series (outcomes, corrections, replay age, publish duration), bound once. */
   readonly counters: OutcomeCounters;
   private readonly label: { link: string };
-  private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0 };
+  private readonly correctionCounts: Record<CorrectionKind, number> = { broker_duplicate: 0, guard_duplicate: 0, stale_version: 0, kv_conflict: 0 };
   private readonly outcomeCounts: Record<MessageOutcome, number> = { relayed: 0, duplicate: 0, stale: 0, loop: 0, dead_lettered: 0 };
   /** The last error the pipeline met (publish, guard, bad message): shown in /status next to the link's own. */
   private lastErrorSeen: LastError | undefined;
