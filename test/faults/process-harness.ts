@@ -122,6 +122,18 @@ export async function waitReady(url: string, what: string): Promise<void> {
   });
 }
 
+/** Waits until the relay at `url` owns its (first) link, by its /status. */
+export async function waitOwner(url: string, what: string): Promise<void> {
+  await check(
+    async () => {
+      const res = await fetch(`${url}/status`, { signal: AbortSignal.timeout(1_000) });
+      const status = (await res.json()) as { links?: { ownership?: { self?: boolean } }[] };
+      return status.links?.[0]?.ownership?.self === true;
+    },
+    { name: `${what} owns the link`, timeoutMs: 30_000 },
+  );
+}
+
 /** Fault injected while thousands of messages are still to go, or the test proves nothing. */
 export async function assertMidTransfer(r: TwoRegions, total: number, load?: { finished: boolean }): Promise<void> {
   const n = await streamCount(r.ncb, r.dst);

@@ -15,6 +15,7 @@ import {
   settled,
   startLoad,
   terminate,
+  waitOwner,
   waitReady,
   watch,
   withReport,
@@ -127,13 +128,16 @@ for (const mode of ["each", "cumulative"] as const) {
     const r = await setup(t, mode);
     const total = scaled(20_000, 300_000);
     const rounds = scaled(1, 6);
-    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
+    // Both relays run before the load starts, A owning the link: a process start on a busy machine can
+    // take longer than the short form's load, and the freeze must land mid-transfer.
     const relayA = runRelay(t, r.config);
-    await waitForCount(r.ncb, r.dst, 1_000, 60_000, "A relays");
+    await waitOwner(await relayA.httpUrl(), "A");
     const relayB = runRelay(t, r.config);
     const urlB = await relayB.httpUrl();
     const liveB = watch(t, urlB);
     // B's readiness is not this test's point (the rollout test gates on it): B only has to be running.
+    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
+    await waitForCount(r.ncb, r.dst, 1_000, 60_000, "A relays");
     for (let round = 0; round < rounds; round++) {
       await delay(jitter(scaled(1_000, 5_000)));
       await assertMidTransfer(r, total, load);
@@ -170,16 +174,22 @@ for (const mode of ["each", "cumulative"] as const) {
 }
 
 for (const mode of ["each", "cumulative"] as const) {
-  test(`c: rollout with maxSurge 1: B starts next to A under load, then A is SIGTERMed: every id once, in order (sourceAcks ${mode})`, async (t) => {
+  test(`c: rollout with maxSurge 1: B ready next to A, then A is SIGTERMed under load: every id once, in order (sourceAcks ${mode})`, async (t) => {
     const r = await setup(t, mode);
     const total = scaled(20_000, 300_000);
     const rollouts = scaled(1, 6);
-    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
     let old = runRelay(t, r.config);
+    await waitOwner(await old.httpUrl(), "the first relay");
+    // The first new relay starts before the load (a process start on a busy machine can take longer
+    // than the short form's load, and the old one must be terminated mid-transfer); later ones under it.
+    let started: RelayProcess | undefined = runRelay(t, r.config);
+    await started.httpUrl();
+    const load = startLoad(r.nca, r.src, total, { ratePerSec: scaled(2_000, 1_500) });
     await waitForCount(r.ncb, r.dst, 1_000, 60_000, "the first relay relays");
     const liveness: LivenessReport[] = [];
     for (let round = 0; round < rollouts; round++) {
-      const next = runRelay(t, r.config);
+      const next = started ?? runRelay(t, r.config);
+      started = undefined;
       const url = await next.httpUrl();
       const live = watch(t, url);
       // Kubernetes waits for the new pod's readiness, then terminates the old one.

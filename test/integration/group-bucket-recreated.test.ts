@@ -55,13 +55,13 @@ test("a pause written in a re-created group bucket (its revisions start again at
   await writeControl(old, leaseKey, pause(true));
   await check(async () => (await metricValue(relay, "relay_link_paused", { link: "a-to-b" })) === 1, {
     name: "paused in the old bucket",
-    timeoutMs: 10_000,
+    timeoutMs: 30_000,
   });
   const resumedAt = await writeControl(old, leaseKey, pause(false));
   assert.ok(resumedAt > 200, `the resume's revision ${resumedAt} is past the filler's`);
   await check(async () => (await metricValue(relay, "relay_link_paused", { link: "a-to-b" })) === 0, {
     name: "resumed in the old bucket",
-    timeoutMs: 10_000,
+    timeoutMs: 30_000,
   });
 
   const first = await publishIds(r.nca, r.src, "m", 300);
@@ -90,7 +90,7 @@ test("a pause written in a re-created group bucket (its revisions start again at
   );
   await check(() => link()?.state === "paused" && link()?.inFlight === 0, {
     name: "the running relay honours the pause written in the new bucket",
-    timeoutMs: 10_000,
+    timeoutMs: 30_000,
   });
   assert.equal(await metricValue(relay, "relay_link_paused", { link: "a-to-b" }), 1);
   const second = await publishIds(r.nca, r.src, "m", 300, first.length);
