@@ -202,7 +202,9 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
     } else {
       await addStream(ncb, "DST", ["src.>"], R3);
       // BENCH_LAG_PROBE=0: without bench/lag-probe.mjs (what the probe itself costs the relay).
-      proc = startRelay(r, await relayConfig(r), process.env.BENCH_LAG_PROBE === "0" ? undefined : probeOut);
+      // BENCH_LAG_LINK: link settings for the lag rows' relay (YAML lines, e.g. "    inFlight: 4096").
+      const linkExtra = (process.env.BENCH_LAG_LINK ?? "").replace(/\\n/g, "\n");
+      proc = startRelay(r, await relayConfig(r, linkExtra), process.env.BENCH_LAG_PROBE === "0" ? undefined : probeOut);
       // Live before the clock starts: the link has placed its consumer and relayed a first message.
       const warm = headers();
       warm.set("Nats-Msg-Id", "warm-up");
@@ -291,7 +293,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
         await rotation([
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds),
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: relay`, "relay", 0, rate, o.lagSeconds),
-          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: floor (bare client)`, "floor", 0, rate, o.lagSeconds)] : []),
+          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: floor`, "floor", 0, rate, o.lagSeconds)] : []),
         ]),
       );
     }
@@ -321,7 +323,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
         await rotation([
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds),
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", oneWayMs, o.lagRate, o.lagSeconds),
-          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: floor (bare client)`, "floor", oneWayMs, o.lagRate, o.lagSeconds)] : []),
+          ...(o.lagFloor ? [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: floor`, "floor", oneWayMs, o.lagRate, o.lagSeconds)] : []),
         ]),
       );
     }
