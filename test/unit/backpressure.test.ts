@@ -8,20 +8,16 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { headers as natsHeaders } from "@nats-io/nats-core";
-import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import { ErrorCodes } from "../../src/errors.js";
 import type { RelayError } from "../../src/errors.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import { WindowController } from "../../src/link/window-controller.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import { parsePubAck } from "../../src/nats/publisher.js";
 import type { JetStreamPublisher, PubAck, PublishCallback } from "../../src/nats/publisher.js";
-import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
 import { testDelivery } from "../helpers/deliveries.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 const fixture = (name: string): Uint8Array => new Uint8Array(readFileSync(new URL(`../fixtures/puback/${name}`, import.meta.url)));
 
@@ -69,26 +65,15 @@ links:
   );
   const link = config.links[0];
   assert.ok(link);
-  const metrics = createMetrics(undefined, { defaultMetrics: false });
-  const acked: string[] = [];
   const events: string[] = [];
-  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
+  const { pipeline, metrics, acked } = testPipeline(link, {
     links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
     events: {
       publishTrouble: (err: RelayError) => events.push(`trouble ${err.code}`),
       guardTrouble: () => events.push("guard"),
-      healthy: () => {},
       halt: (err: RelayError) => events.push(`halt ${err.code}`),
       destinationRestarted: () => events.push("restarted"),
     },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
-    owns: () => true,
   });
   // The first three publishes are answered 429 (the destination's queue is full), the rest are stored.
   const published: string[] = [];

@@ -5,20 +5,17 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import { ErrorCodes, RelayError } from "../../src/errors.js";
 import type { RelayError as RelayErrorType } from "../../src/errors.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
 import { entryContext, newEntry, toDeadLetter } from "../../src/link/entry.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
 import { parsePubAck } from "../../src/nats/publisher.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
-import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
 import { testDelivery } from "../helpers/deliveries.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 const config = (toExtra = "") =>
   parseConfigText(
@@ -44,22 +41,9 @@ function harness(answers: (seq: number) => Answer | undefined) {
   const restarts: string[] = [];
   const later = new Map<number, () => void>();
   const acks = { ack: (reply: string) => acked.push(Number(reply.split(".")[5])) > 0, nak: () => true, working: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
-    links: [link],
-    guard: new NoneGuard(),
+  const { pipeline } = testPipeline(link, {
     acks,
-    metrics: createMetrics(undefined, { defaultMetrics: false }),
-    logger: pino({ level: "silent" }),
-    events: {
-      publishTrouble: () => {},
-      guardTrouble: () => {},
-      healthy: () => {},
-      halt: (err) => halts.push(err),
-      destinationRestarted: (detail) => restarts.push(detail),
-    },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
-    owns: () => true,
+    events: { halt: (err) => halts.push(err), destinationRestarted: (detail) => restarts.push(detail) },
   });
   const publisher = {
     inFlight: 0,

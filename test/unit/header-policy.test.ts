@@ -7,23 +7,20 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import type { LinkConfig } from "../../src/config/types.js";
 import { ErrorCodes } from "../../src/errors.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
 import { allowsMsgTtl, counterStreamError } from "../../src/link/destination.js";
 import { entryContext, newEntry } from "../../src/link/entry.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import type { DestinationFacts } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { HeaderBlock } from "../../src/nats/header-block.js";
 import type { JetStreamPublisher } from "../../src/nats/publisher.js";
-import type { SourceAcks } from "../../src/nats/source-acks.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { HEADER_POLICY } from "../../src/protocol/header-policy.js";
 import { check } from "../helpers/check.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 interface Fixture {
   readonly name: string;
@@ -125,21 +122,8 @@ test("stripHeaders: [Nats-TTL] strips it always; keepTtl: false (repair) too", (
 
 /** A pipeline of the a-to-b link whose publisher keeps what it was given; `acked`: the source acks. */
 function pipelineFor(link: LinkConfig, dest: DestinationFacts) {
-  const metrics = createMetrics(undefined, { defaultMetrics: false });
-  const acked: string[] = [];
   const published: { subject: string; headers: string[] }[] = [];
-  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
-    links: [link],
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
-    owns: () => true,
-  });
+  const { pipeline, metrics, acked } = testPipeline(link);
   let destSeq = 0;
   const publisher = {
     inFlight: 0,

@@ -1,17 +1,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import { ErrorCodes, RelayError } from "../../src/errors.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import type { LastOnSubject } from "../../src/link/stages/common.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
-import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { createMetrics } from "../../src/observability/metrics.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import { check } from "../helpers/check.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 /**
  * A KV link's last-writer-wins step (src/link/stages/kv-apply.ts) on the pipeline, with a scripted
@@ -95,25 +91,7 @@ function write(seq: number, key: string, ns: bigint, value: string): Delivery {
 function newPipeline(bucket: ReturnType<typeof scriptedBucket>) {
   const link = config.links[0];
   assert.ok(link);
-  const metrics = createMetrics(undefined, { defaultMetrics: false });
-  const acked: string[] = [];
-  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true, working: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
-    links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
-    markers: {
-      findStored: () => Promise.resolve(new Map()),
-      storedAt: () => Promise.resolve(undefined),
-      lastSeq: () => Promise.resolve(0),
-      lastOnSubject: bucket.lastOnSubject,
-    },
-    owns: () => true,
-  });
+  const { pipeline, metrics, acked } = testPipeline(link, { links: config.links, markers: { lastOnSubject: bucket.lastOnSubject } });
   pipeline.setDestination({ stream: "KV_cfg", maxMessageBytes: 1 << 20, duplicateWindowMs: 120_000 });
   pipeline.setPublisher(bucket.publisher);
   const conflicts = async (outcome: string) => (await metrics.kvConflicts.get()).values.find((v) => v.labels.outcome === outcome)?.value ?? 0;

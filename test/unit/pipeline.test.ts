@@ -1,15 +1,14 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
-import { Pipeline } from "../../src/link/pipeline.js";
+import type { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { SourceAcks } from "../../src/nats/source-acks.js";
 import type { JetStreamPublisher } from "../../src/nats/publisher.js";
 import { check } from "../helpers/check.js";
 import { WireHeaders } from "../../src/nats/wire-headers.js";
 import { createMetrics } from "../../src/observability/metrics.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 /** The a-to-b link; these tests look at every delivery's ack: `sourceAcks: each` unless said otherwise. */
 const configWith = (sourceAcks: "each" | "cumulative") =>
@@ -34,17 +33,7 @@ function newPipeline(
 ): Pipeline {
   const link = (sourceAcks === "each" ? config : configWith(sourceAcks)).links[0];
   assert.ok(link);
-  return new Pipeline({
-    link,
-    links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
-    owns,
-  });
+  return testPipeline(link, { links: config.links, acks, metrics, owns }).pipeline;
 }
 
 /** A delivery of a message that came from region b: on the a-to-b link it is a loop. */

@@ -5,13 +5,11 @@ import { parseConfigText } from "../../src/config/load.js";
 import { ErrorCodes, RelayError } from "../../src/errors.js";
 import { MemoryGuard } from "../../src/guard/memory-guard.js";
 import type { ClaimedItem } from "../../src/guard/types.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
-import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
 import { testDelivery } from "../helpers/deliveries.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 /**
  * The retry judge (src/link/stages/retry-judge.ts) on the pipeline, with a scripted destination: the
@@ -94,30 +92,7 @@ const delivery = (seq: number, entity: string, version: number): Delivery =>
 function newPipeline(guard: MemoryGuard) {
   const link = config.links[0];
   assert.ok(link);
-  const metrics = createMetrics(undefined, { defaultMetrics: false });
-  const acked: string[] = [];
-  const acks = {
-    ack: (reply: string) => acked.push(reply) > 0,
-    nak: () => true,
-    working: () => true,
-  } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
-    links: config.links,
-    guard,
-    acks,
-    metrics,
-    logger: pino({ level: "silent" }),
-    events: {
-      publishTrouble: () => {},
-      guardTrouble: () => {},
-      healthy: () => {},
-      halt: () => {},
-      destinationRestarted: () => {},
-    },
-    markers: { findStored: () => Promise.resolve(new Map()), storedAt: () => Promise.resolve(undefined), lastSeq: () => Promise.resolve(0) },
-    owns: () => true,
-  });
+  const { pipeline, metrics, acked } = testPipeline(link, { links: config.links, guard });
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 120_000 });
   const staleRetries = async () => (await metrics.staleRetries.get()).values[0]?.value ?? 0;
   return { pipeline, acked, metrics, staleRetries };

@@ -10,14 +10,11 @@ import assert from "node:assert/strict";
 import pino from "pino";
 import { parseConfigText } from "../../src/config/load.js";
 import { ErrorCodes, RelayError } from "../../src/errors.js";
-import { NoneGuard } from "../../src/guard/none-guard.js";
-import { Pipeline } from "../../src/link/pipeline.js";
 import type { Delivery } from "../../src/nats/delivery.js";
 import type { JetStreamPublisher, PubAck } from "../../src/nats/publisher.js";
-import type { SourceAcks } from "../../src/nats/source-acks.js";
-import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
 import { testDelivery } from "../helpers/deliveries.js";
+import { testPipeline } from "../helpers/test-pipeline.js";
 
 const config = parseConfigText(
   `
@@ -97,17 +94,10 @@ async function run(late: boolean, opts: { owns?: () => boolean; logger?: pino.Lo
   const link = config.links[0];
   assert.ok(link);
   const stream = new Stream();
-  const metrics = createMetrics(undefined, { defaultMetrics: false });
-  const acked: string[] = [];
-  const acks = { ack: (reply: string) => acked.push(reply) > 0, nak: () => true, working: () => true } as unknown as SourceAcks;
-  const pipeline = new Pipeline({
-    link,
+  const { pipeline, metrics, acked } = testPipeline(link, {
     links: config.links,
-    guard: new NoneGuard(),
-    acks,
-    metrics,
-    logger: opts.logger ?? pino({ level: "silent" }),
-    events: { publishTrouble: () => {}, guardTrouble: () => {}, healthy: () => {}, halt: () => {}, destinationRestarted: () => {} },
+    ...(opts.logger ? { logger: opts.logger } : {}),
+    ...(opts.owns ? { owns: opts.owns } : {}),
     markers: {
       findStored: (from, wanted) => {
         const found = new Map<number, number>();
@@ -117,10 +107,8 @@ async function run(late: boolean, opts: { owns?: () => boolean; logger?: pino.Lo
         });
         return Promise.resolve(found);
       },
-      storedAt: () => Promise.resolve(undefined),
       lastSeq: () => Promise.resolve(stream.ids.length),
     },
-    owns: opts.owns ?? (() => true),
   });
   pipeline.setDestination({ stream: "S", maxMessageBytes: 1 << 20, duplicateWindowMs: 120_000 });
   pipeline.setPublisher(destination(stream, "m4", late, opts.before));
