@@ -47,13 +47,13 @@ export interface KvWriters {
 
 /**
  * Starts one writer per region: `ratePerSec` writes a second in all (split evenly), each on a key
- * drawn from `keys` (the same set everywhere: the keys overlap), 85 % puts, 12 % deletes, 3 % purges,
+ * drawn from `keys` (the same set everywhere: the keys overlap), 12 % deletes, `purges` (a share) purges, the rest puts,
  * for `lengthMs` or until `stop()`. `seed` makes the choice of keys and operations repeatable.
  */
 export function startKvWriters(
   regions: readonly { name: string; nc: NatsConnection }[],
   bucket: string,
-  opts: { ratePerSec: number; keys: readonly string[]; lengthMs: number; seed: number },
+  opts: { ratePerSec: number; keys: readonly string[]; lengthMs: number; seed: number; purges: number },
 ): KvWriters {
   const log: LoggedWrite[] = [];
   const stopper = new AbortController();
@@ -75,7 +75,7 @@ export function startKvWriters(
       const writes: Promise<void>[] = [];
       for (let i = 0; i < count; i++) {
         const pick = next();
-        const op: KvOp = pick < 0.03 ? "PURGE" : pick < 0.15 ? "DEL" : "PUT";
+        const op: KvOp = pick < opts.purges ? "PURGE" : pick < opts.purges + 0.12 ? "DEL" : "PUT";
         const key = opts.keys[Math.floor(next() * opts.keys.length)] as string;
         const id = `${region.name}-${n++}`;
         const w: LoggedWrite = { id, region: region.name, key, op, value: op === "PUT" ? `value of ${id}` : "", sentMs: Date.now(), outcome: "pending" };
