@@ -266,7 +266,7 @@ test(
         if (differ !== "") throw new Error(differ);
         return true;
       },
-      { name: "every bucket holds the same latest write of every key (every link has consumed its source)", timeoutMs: 10_000, intervalMs: 500 },
+      { name: "every bucket holds the same latest write of every key (every link has consumed its source)", timeoutMs: scaled(10_000, 30_000), intervalMs: 500 },
     ).catch(async (err: unknown) => {
       // What each bucket stored of the keys that differ, as the watchers saw it, and what the relays
       // counted as removed from their sources (a run that failed says why).

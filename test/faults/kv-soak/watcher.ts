@@ -134,15 +134,14 @@ export function versionOfObserved(o: Observed, region: string): { ns: bigint; re
   return (o.carried !== "" ? parseKvVersion(o.carried) : undefined) ?? { ns: o.storedNs, region };
 }
 
-/** Each key's latest entry in region `region`'s bucket now, read one by one (last message per subject). */
+/** Each key's latest entry in the bucket now (the last message of each key's subject, read at once). */
 export async function latestEntries(nc: NatsConnection, bucket: string, keys: readonly string[]): Promise<Map<string, Observed>> {
   const jsm = await jetstreamManager(nc);
   const out = new Map<string, Observed>();
-  for (const key of keys) {
-    const m = await jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: `$KV.${bucket}.${key}` });
-    if (!m) continue;
-    out.set(key, observeStored(m, bucket));
-  }
+  const got = await Promise.all(keys.map((key) => jsm.streams.getMessage(`KV_${bucket}`, { last_by_subj: `$KV.${bucket}.${key}` })));
+  got.forEach((m, i) => {
+    if (m) out.set(keys[i] as string, observeStored(m, bucket));
+  });
   return out;
 }
 
