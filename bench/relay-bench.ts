@@ -18,7 +18,10 @@
  * loopback (r3) and with a WAN of BENCH_WAN_ONE_WAY_MS × 2 round trip injected by a delay proxy on every
  * cross-region connection (r3-wan, with a strict-order row and its ratio to the default relay), and the replication lag at BENCH_LAG_RATE msgs/s over that WAN (lag).
  * Then what a relay costs per link it holds (bench/idle-links.ts): 100 and 1,000 idle links (links).
- * BENCH_ONLY=loopback,r3,r3-wan,lag,audit,links selects row groups (all by default).
+ * Then KV links (bench/kv.ts): key updates/s of one KV link against the stream link on the same servers,
+ * and the time to converge after the last write with writers in both regions, on loopback and with a
+ * BENCH_KV_WAN_ONE_WAY_MS × 2 round trip (kv).
+ * BENCH_ONLY=loopback,r3,r3-wan,lag,audit,links,kv selects row groups (all by default).
  */
 import { spawnSync } from "node:child_process";
 import { cpus } from "node:os";
@@ -29,13 +32,14 @@ import { RelayProcess } from "../test/helpers/relays.js";
 import { idleLinkRows } from "./idle-links.js";
 import { printStrictRatio, topologyRows } from "./topology.js";
 import { auditCostRows } from "./audit-cost.js";
+import { kvRows } from "./kv.js";
 import { addStream, BENCH_PAYLOAD, cpuSeconds, fill, peakRssMb, relayCpuMeter, serverLabel, timeUntilFull, writeBenchConfig } from "./common.js";
 
 const COUNT = Number(process.env.BENCH_MESSAGES ?? 200_000);
 const REPEAT = Math.max(1, Number(process.env.BENCH_REPEAT ?? 3));
 const SIZE = BENCH_PAYLOAD.length;
-/** BENCH_ONLY=loopback,r3,r3-wan,lag,links (comma-separated): the row groups to run; all by default. */
-const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,audit,links").split(",").map((x) => x.trim()).filter(Boolean));
+/** BENCH_ONLY=loopback,r3,r3-wan,lag,audit,links,kv (comma-separated): the row groups to run; all by default. */
+const ONLY = new Set((process.env.BENCH_ONLY ?? "loopback,r3,r3-wan,lag,audit,links,kv").split(",").map((x) => x.trim()).filter(Boolean));
 /** Messages of the R3 rows (3-node clusters fill and relay slower than single servers). */
 const TOPOLOGY_COUNT = Number(process.env.BENCH_TOPOLOGY_MESSAGES ?? 50_000);
 /** Half the WAN round trip the delay proxy adds between the regions; several (100,150): a WAN group each. */
@@ -187,6 +191,17 @@ async function main(): Promise<void> {
     });
     if (ONLY.has("audit")) await auditCostRows(servers, COUNT);
     if (ONLY.has("links")) await idleLinkRows(servers, (process.env.BENCH_LINKS ?? "100,1000").split(",").map(Number));
+    if (ONLY.has("kv")) {
+      await kvRows(servers, {
+        puts: Number(process.env.BENCH_KV_PUTS ?? 50_000),
+        keys: Number(process.env.BENCH_KV_KEYS ?? 1_000),
+        convergeRate: Number(process.env.BENCH_KV_RATE ?? 500),
+        convergeSeconds: Number(process.env.BENCH_KV_SECONDS ?? 5),
+        convergeKeys: Number(process.env.BENCH_KV_CONVERGE_KEYS ?? 1_000),
+        runs: Math.max(1, Number(process.env.BENCH_KV_RUNS ?? 3)),
+        oneWayMs: (process.env.BENCH_KV_WAN_ONE_WAY_MS ?? "100").split(",").filter(Boolean).map(Number),
+      });
+    }
   } finally {
     await servers.cleanup();
   }
