@@ -80,19 +80,19 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
   await createStream(nca, { name: src, subjects: [`${src}.>`], replicas: 3 });
   await createStream(ncb, { name: dst, subjects: [`${src}.>`], replicas: 3 });
   const yaml = linkYaml({
-      regions: { a: proxies.map((p) => `nats://127.0.0.1:${p.port}`), b: b.urls },
-      links: [
-        {
-          name: "a-to-b",
-          from: "a",
-          fromStream: src,
-          to: "b",
-          toStream: dst,
-          extra: `    guard:\n      redis: { url: "${redis.url}" }\n      versions: { entity: "header:Test-Entity", version: "header:Test-Version" }\n`,
-        },
-      ],
-      extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }\n`,
-    });
+    regions: { a: proxies.map((p) => `nats://127.0.0.1:${p.port}`), b: b.urls },
+    links: [
+      {
+        name: "a-to-b",
+        from: "a",
+        fromStream: src,
+        to: "b",
+        toStream: dst,
+        extra: `    guard:\n      redis: { url: "${redis.url}" }\n      versions: { entity: "header:Test-Entity", version: "header:Test-Version" }\n`,
+      },
+    ],
+    extra: `group: { lease: ${LEASE_MS / 1000}s, renew: 500ms }\nhttp: { listen: "127.0.0.1:0" }\n`,
+  });
   const linkYamlText = STRICT ? yaml.replace(`to: { region: b, stream: ${dst} }`, `to: { region: b, stream: ${dst}, order: strict }`) : yaml;
   assert.equal(linkYamlText.includes("order: strict"), STRICT, "the link's order is the soak's");
   const config = await writeConfig(linkYamlText);
@@ -112,7 +112,7 @@ test(`chaos soak: seed ${SEED}, ${MINUTES} min at ${RATE} msgs/s, a fault every 
     await Promise.all(spawned.map((m) => writeFile(join(dir, `chaos-${SEED}-relay-${m.process.pid ?? "?"}.log`), m.process.output())));
   });
   let members = [await spawnMember(), await spawnMember()];
-  // The one reorder (README; `to.order: strict`, not used here, prevents it): a destination leader that dies may store a later
+  // The one reorder (README; `to.order: strict`, CHAOS_ORDER=strict here, prevents it): a destination leader that dies may store a later
   // publish while an earlier one fails. Each relay counts what it saw in relay_reordered_total; the
   // counts of every relay process, killed ones included (sampled, and read just before a kill), are
   // what the soak allows — any other reorder is a failure. The retry of such an earlier publish is
