@@ -40,6 +40,7 @@ export const METRIC_AREAS: readonly {
       "relay_kv_superseded_total",
       "relay_id_collisions_total",
       "relay_gap_messages_total",
+      "relay_source_skips_read_back_total",
       "relay_resyncs_total",
       "relay_resyncs_abandoned_total",
       "relay_errors_total",

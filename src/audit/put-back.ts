@@ -16,12 +16,12 @@ import { buildHeaders, entryContext } from "../link/entry.js";
 import type { EntryContext } from "../link/entry.js";
 import { identify, transformSubject } from "../link/identity.js";
 import type { MessageIdentity } from "../link/identity.js";
-import type { Delivery } from "../nats/delivery.js";
+import { storedDelivery } from "../nats/delivery.js";
 import type { HeaderBlock } from "../nats/header-block.js";
 import { JetStreamPublisher } from "../nats/publisher.js";
 import type { PubAck } from "../nats/publisher.js";
 import type { StreamSide } from "../nats/stream-reader.js";
-import { RelayHeaders, parseNanos } from "../protocol/headers.js";
+import { RelayHeaders } from "../protocol/headers.js";
 
 /**
  * `repaired`: stored in the destination (and committed in the guard). `stale`: the guard holds a newer
@@ -153,17 +153,7 @@ async function fetchCandidate(
     item.outcome = "gone";
     return undefined;
   }
-  const delivery: Delivery = {
-    subject: sm.subject,
-    reply: "",
-    streamSequence: sm.seq,
-    deliveryCount: 1,
-    consumerSequence: 0,
-    pending: 0,
-    timestampNanos: (parseNanos(sm.timestamp) ?? 0n).toString(),
-    headers: sm.header,
-    data: sm.data,
-  };
+  const delivery = storedDelivery(sm);
   const r = identify({ subject: sm.subject, headers: sm.header, streamSequence: sm.seq }, link, incarnation);
   if (!r.ok) {
     fail(item, `bad under the current config: ${r.reason}`);

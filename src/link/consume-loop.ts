@@ -14,6 +14,7 @@ import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { withDeadline } from "../lifecycle/deadline.js";
 import { toDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
+import type { RelayMetrics } from "../observability/metrics.js";
 import { classifyJsError } from "../nats/durable-consumer.js";
 import type { BacklogProbe } from "./backlog.js";
 import { healConsumer } from "./consumer-heal.js";
@@ -31,6 +32,7 @@ import type { Ownership } from "./ownership.js";
 import type { RateCap } from "./rate-cap.js";
 import type { ResyncRunner } from "./resync-runner.js";
 import type { SourceInspector } from "./source-inspector.js";
+import { SkipRecovery } from "./skip-recovery.js";
 import type { SourceStream } from "./source-stream.js";
 import type { StallStep } from "./stall-watch.js";
 
@@ -67,9 +69,10 @@ export interface ConsumeLoopDeps {
   readonly destination: Pick<DestinationCheck, "refresh">;
   readonly window: Pick<LinkWindow, "placed" | "pullOptions" | "receive" | "holding">;
   readonly probe: Pick<BacklogProbe, "read">;
-  readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "observeClock" | "inspect" | "highestSeen">;
+  readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "gone" | "observeClock" | "inspect" | "highestSeen">;
   readonly resync: Pick<ResyncRunner, "pending" | "run">;
   readonly watch: Pick<LinkWatch, "watchConsumer">;
+  readonly metrics: Pick<RelayMetrics, "skipsReadBack">;
   /** An operator's pause (operator-pause.ts): nothing is pulled while it holds. */
   readonly operator?: Pick<OperatorPause, "holding" | "changed">;
   /** The rate cap (rate-cap.ts): deliveries go to the pipeline through it, in order, at the capped rate. */
@@ -108,9 +111,22 @@ export class ConsumeLoop {
   private readonly start = new LinkStart();
   /** The consumer a heal deleted, as it was: the next placement starts at its ack floor + 1. */
   private healed: HealedConsumer | undefined;
+  /** What the consumer jumped over, read back before it is taken for a loss (skip-recovery.ts). */
+  private readonly skips: SkipRecovery;
 
   constructor(private readonly deps: ConsumeLoopDeps) {
     this.order = new DeliveryOrder({ logger: deps.logger, highestSeen: () => deps.inspector.highestSeen, stopPulling: () => this.stopPulling() });
+    this.skips = new SkipRecovery({
+      config: deps.config,
+      logger: deps.logger,
+      signal: deps.signal,
+      metrics: deps.metrics,
+      jsm: () => this.manager,
+      owns: () => deps.owns() && !deps.failed(),
+      room: () => deps.pipeline.size < deps.config.inFlight,
+      take: (d) => this.take(d),
+      gone: (fromSeq, toSeq) => deps.inspector.gone(fromSeq, toSeq),
+    });
   }
 
   /** The source's JetStream manager, once the loop has one. */
@@ -145,7 +161,10 @@ export class ConsumeLoop {
     const js = jetstream(source, domain ? { domain } : {});
     await guard.ready;
     while (!signal.aborted && !this.deps.failed()) {
-      // The pull ended: what the rate cap held stays unacked, and the cursor placed below puts it first.
+      // The pull ended: a read-back under way finishes first (the server no longer holds what it reads
+      // for redelivery); what waited for it and what the rate cap held stay unacked, and the cursor
+      // placed below puts them first.
+      await this.skips.settled();
       this.deps.rate.clear();
       if (ownership.handingOver) await ownership.handOver();
       if (!(await ownership.holdLease())) return;
@@ -210,7 +229,17 @@ export class ConsumeLoop {
         this.order.placed(position.info.delivered.consumer_seq);
         this.placements++;
         if (position.repositioned) pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
-        inspector.placed({ startSeq: position.startSeq, created: position.created, deliveredStreamSeq: position.info.delivered.stream_seq, skippedTo: position.skippedTo });
+        const skipped = inspector.placed({
+          startSeq: position.startSeq,
+          created: position.created,
+          deliveredStreamSeq: position.info.delivered.stream_seq,
+          skippedTo: position.skippedTo,
+          ackFloor: position.startSeq !== undefined ? position.startSeq - 1 : position.info.ack_floor.stream_seq,
+        });
+        // The server moved the ack floor over messages this relay was never delivered: what the stream
+        // still holds of them goes first.
+        if (skipped) await this.skips.readBack(skipped.fromSeq, skipped.toSeq);
+        if (this.deps.failed() || signal.aborted) return;
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream, or at startAt new or a time, has no cursor
         // to compare yet: its first delivery sets it.)
@@ -304,17 +333,49 @@ export class ConsumeLoop {
     }
     this.deliveries++;
     this.deps.events.delivering();
-    const { pipeline, window } = this.deps;
     try {
       const delivery = toDelivery(m);
       if (this.order.deliveriesLost(delivery)) return;
-      if (!this.deps.inspector.delivered(delivery.streamSequence, delivery.deliveryCount === 1)) return;
-      this.deps.rate.offer(delivery); // into the pipeline now, or once the rate cap allows
-      // The delivery's copy: the client's `data` getter makes a new view of its buffer on every read.
-      window.receive(delivery.data.length, delivery.pending, pipeline.size);
-      window.holding(pipeline.size, pipeline.bytes);
+      this.intake(delivery, false);
     } catch (err) {
       this.deps.events.fail(toRelayError(err)); // a bug: stop rather than ack something we did not handle
     }
+  }
+
+  /**
+   * A delivery in source order: inspected for a jump over what the source lost (unless `inspected`),
+   * then taken; one that comes while a jump is read back waits for it.
+   */
+  private intake(delivery: Delivery, inspected: boolean): void {
+    if (this.skips.holding) {
+      this.skips.offer(delivery);
+      return;
+    }
+    if (!inspected) {
+      const verdict = this.deps.inspector.delivered(delivery.streamSequence, delivery.deliveryCount === 1);
+      if (verdict === "halt") return;
+      if (verdict !== "take") {
+        this.skips.hold(verdict.fromSeq, verdict.toSeq, delivery, (queued) => {
+          try {
+            queued.forEach((d, i) => {
+              if (!this.deps.failed()) this.intake(d, i === 0);
+            });
+          } catch (err) {
+            this.deps.events.fail(toRelayError(err));
+          }
+        });
+        return;
+      }
+    }
+    this.take(delivery);
+  }
+
+  /** Into the pipeline now, or once the rate cap allows. */
+  private take(delivery: Delivery): void {
+    const { pipeline, window } = this.deps;
+    this.deps.rate.offer(delivery);
+    // The delivery's copy: the client's `data` getter makes a new view of its buffer on every read.
+    window.receive(delivery.data.length, delivery.pending, pipeline.size);
+    window.holding(pipeline.size, pipeline.bytes);
   }
 }

@@ -9,10 +9,9 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import { RoundTripMeter } from "../nats/round-trips.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState } from "../observability/metrics.js";
-import { BacklogProbe } from "./backlog.js";
+import { BacklogProbe, type BacklogReading } from "./backlog.js";
 import { BacklogPoll } from "./backlog-poll.js";
 import { CheckpointWriter } from "./checkpoint.js";
-import type { BacklogReading } from "./backlog.js";
 import { ConsumeLoop } from "./consume-loop.js";
 import { Destination } from "./destination.js";
 import { DestinationCheck } from "./destination-check.js";
@@ -35,7 +34,6 @@ import { SourceStream } from "./source-stream.js";
 import { StallWatch } from "./stall-watch.js";
 import type { GatedWriter } from "../nats/write-gate.js";
 import { LinkAudit } from "../audit/link-audit.js";
-
 import type { LinkDeps } from "./link-deps.js";
 export type { LinkOwnership, LinkStatus } from "./link-status.js";
 
@@ -156,6 +154,7 @@ export class Link {
       logger: this.logger,
       fail: (err) => this.fail(err),
       requestResync: (reason) => this.resyncs.request(reason),
+      sourceVersion: () => deps.source.info?.version,
     });
     this.catchUpLog = new CatchUpLog(this.logger, deps.progressIntervalMs ?? 10_000);
     this.ownership = new Ownership({
@@ -177,7 +176,7 @@ export class Link {
         resetStall: () => this.stallWatch.reset(),
       },
     });
-    deps.lease.onLost((reason) => this.ownership.leaseLost(reason));
+    deps.lease.onLost((reason) => (this.inspector.tenureEnded(), this.ownership.leaseLost(reason)));
     this.guardWatch = new GuardWatch({
       guard: deps.guard,
       config,
@@ -294,6 +293,7 @@ export class Link {
       inspector: this.inspector,
       resync: this.resyncs,
       watch: this.watch,
+      metrics: deps.metrics,
       operator: this.operator,
       rate: this.rate,
       ...(deps.positions ? { positions: deps.positions } : {}),

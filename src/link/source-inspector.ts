@@ -8,6 +8,7 @@ import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError } from "../errors.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { BacklogReading } from "./backlog.js";
+import { skipsOnSubjectPurge } from "../nats/purge-skips.js";
 import { GapDetector } from "./gap.js";
 import type { Gap } from "./gap.js";
 import type { LinkResyncReason } from "./link-status.js";
@@ -19,12 +20,22 @@ export interface SourceInspectorDeps {
   /** The link halts (a gap under `onGap: halt`). */
   fail(err: RelayError): void;
   requestResync(reason: LinkResyncReason): void;
+  /** The source server's version: one that may jump a consumer over messages it still holds has its jumps read back. */
+  sourceVersion(): string | undefined;
 }
+
+/** What the link does with a delivery: take it, halt before it, or first read back the range it jumped over. */
+export type DeliveryVerdict = "take" | "halt" | Gap;
 
 export class SourceInspector {
   private gapDetector: GapDetector;
   private readonly found: Gap[] = [];
   private highest = 0;
+  /**
+   * The highest source sequence delivered to this relay since it last took the link (undefined: none
+   * yet, or the link was another's meanwhile): an ack floor above it is one the server moved itself.
+   */
+  private seen: number | undefined;
   /** The clock offset last warned about (ms), while it is 2 s or more. */
   private clockOffsetLogged: number | undefined;
 
@@ -47,29 +58,58 @@ export class SourceInspector {
    * delivery follows what it delivered (`deliveredStreamSeq`), unknown for a consumer just created from
    * the start of the stream or at `skippedTo` (startAt new or a time).
    */
-  placed(position: { readonly startSeq?: number; readonly created: boolean; readonly deliveredStreamSeq: number; readonly skippedTo?: number | undefined }): void {
-    if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);
+  placed(position: {
+    readonly startSeq?: number;
+    readonly created: boolean;
+    readonly deliveredStreamSeq: number;
+    readonly skippedTo?: number | undefined;
+    /** The consumer's ack floor as placed (for a created consumer, its start − 1). */
+    readonly ackFloor: number;
+  }): Gap | undefined {
+    // An ack floor above everything this relay was delivered: the server moved it over messages no
+    // one acked (a subject purge before 2.10.11 also forgets what was delivered and not acked yet).
     // Created at startAt new or a time: what lies before it was never the link's to relay (not a gap),
     // and the first delivery sets where holes count from.
-    if (position.skippedTo !== undefined) this.highest = Math.max(this.highest, position.skippedTo);
+    if (position.skippedTo !== undefined) {
+      this.highest = Math.max(this.highest, position.skippedTo);
+      if (this.seen !== undefined) this.seen = Math.max(this.seen, position.skippedTo);
+    }
+    const seen = this.seen;
+    const skipped = this.readsBackSkips() && seen !== undefined && position.ackFloor > seen ? this.range(seen + 1, position.ackFloor) : undefined;
+    if (skipped) this.seen = position.ackFloor;
+    if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);
     // Where the next first delivery follows: holes the consumer jumps over from there are gaps.
     this.gapDetector.placed(position.startSeq !== undefined ? position.startSeq - 1 : position.created ? undefined : position.deliveredStreamSeq);
+    return skipped;
   }
 
   /**
-   * A delivery the link is about to take: a hole the consumer jumped over is a gap. False when the link
-   * halts on it: then neither this delivery nor anything after the gap is taken.
+   * A delivery the link is about to take: a hole the consumer jumped over is a gap — or, where the
+   * server may have skipped stored messages, a range to read back first. `halt` when the link halts on
+   * the gap: then neither this delivery nor anything after the gap is taken.
    */
-  delivered(streamSequence: number, firstDelivery: boolean): boolean {
+  delivered(streamSequence: number, firstDelivery: boolean): DeliveryVerdict {
     const gap = this.gapDetector.delivered(streamSequence, firstDelivery);
-    if (gap && !this.gapFound(gap)) return false;
+    if (gap && !this.readsBackSkips() && !this.gapFound(gap)) return "halt";
     if (streamSequence > this.highest) this.highest = streamSequence;
-    return true;
+    if (streamSequence > (this.seen ?? 0)) this.seen = streamSequence;
+    return gap && this.readsBackSkips() ? gap : "take";
+  }
+
+  /** A read-back found `fromSeq`..`toSeq` deleted (skip-recovery.ts): a gap. False when the link halts on it. */
+  gone(fromSeq: number, toSeq: number): boolean {
+    return this.gapFound(this.range(fromSeq, toSeq));
+  }
+
+  /** The link was another relay's meanwhile (its lease was lost): what it acked says nothing of the server. */
+  tenureEnded(): void {
+    this.seen = undefined;
   }
 
   /** The source stream was recreated: a new incarnation starts at seq 1, and gap tracking starts over. */
   recreated(): void {
     this.highest = 0;
+    this.seen = undefined;
     this.gapDetector = this.newDetector();
   }
 
@@ -77,6 +117,7 @@ export class SourceInspector {
   resynced(snapshotSeq: number): void {
     this.gapDetector.skipTo(snapshotSeq);
     this.highest = Math.max(this.highest, snapshotSeq);
+    this.seen = Math.max(this.seen ?? 0, snapshotSeq);
   }
 
   /**
@@ -138,6 +179,18 @@ export class SourceInspector {
     }
     if (config.onGap === "resync") this.deps.requestResync("gap");
     return true;
+  }
+
+  private range(fromSeq: number, toSeq: number): Gap {
+    return { fromSeq, toSeq, count: toSeq - fromSeq + 1, exact: this.deps.config.from.filterSubject === undefined, detectedAt: new Date().toISOString() };
+  }
+
+  /**
+   * The source's server may jump a consumer over messages it still holds (a subject purge before
+   * 2.10.11, nats/purge-skips.ts): jumps are then read back (skip-recovery.ts) before they are gaps.
+   */
+  private readsBackSkips(): boolean {
+    return skipsOnSubjectPurge(this.deps.sourceVersion());
   }
 
   private newDetector(): GapDetector {

@@ -1,4 +1,5 @@
-import type { JsMsg } from "@nats-io/jetstream";
+import type { JsMsg, StoredMsg } from "@nats-io/jetstream";
+import { parseNanos } from "../protocol/headers.js";
 import type { MsgHdrs } from "@nats-io/nats-core";
 import type { WireHeaders } from "./wire-headers.js";
 import { copyPayload, rawParts, wireHeadersOf } from "./wire-headers.js";
@@ -121,5 +122,23 @@ export function toDelivery(m: JsMsg & { readonly msg?: { readonly reply?: string
     timestampNanos: ackToken(reply, o, TIMESTAMP),
     headers: wireHeadersOf(m, raw),
     data: copyPayload(m, raw),
+  };
+}
+
+/**
+ * A message read from the stream by sequence (STREAM.MSG.GET), as a delivery with no ack subject: one
+ * the consumer never delivered, so nothing at the source waits for its ack (a repair, a skip read back).
+ */
+export function storedDelivery(sm: StoredMsg): Delivery {
+  return {
+    subject: sm.subject,
+    reply: "",
+    streamSequence: sm.seq,
+    deliveryCount: 1,
+    consumerSequence: 0,
+    pending: 0,
+    timestampNanos: (parseNanos(sm.timestamp) ?? 0n).toString(),
+    headers: sm.header,
+    data: sm.data,
   };
 }

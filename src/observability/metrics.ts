@@ -197,6 +197,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    skipsReadBack: new Counter({
+      name: "relay_source_skips_read_back_total",
+      help: "Source messages the link's consumer jumped over while the stream still held them (a subject purge or rollup on a nats-server before 2.10.11 moves consumers past other subjects' messages): read back from the source and relayed, in source order",
+      labelNames: ["link"] as const,
+      registers,
+    }),
     gapMessages: new Counter({
       name: "relay_gap_messages_total",
       help: "Source messages deleted (by retention, a delete or a purge) before the link relayed them",

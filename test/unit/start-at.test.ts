@@ -119,13 +119,14 @@ describe("where a link without a record starts", () => {
       logger: createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, cb) => cb() }), secrets: [] }),
       fail: () => undefined,
       requestResync: () => undefined,
+      sourceVersion: () => undefined,
     });
     const reading = { ackFloor: 0, streamFirstSeq: 4, streamMessages: 7, pending: 0, ackPending: 0, messages: 0, ageSeconds: 0, deliveredSeq: 10, streamLastSeq: 10, at: "" };
-    inspector.placed({ created: true, deliveredStreamSeq: 10, skippedTo: 10 });
+    inspector.placed({ created: true, deliveredStreamSeq: 10, skippedTo: 10, ackFloor: 10 });
     inspector.inspect(reading); // a server that reports ack floor 0 for a new consumer: 1-3 are not the link's
     assert.equal(inspector.gaps.length, 0);
-    assert.ok(inspector.delivered(11, true));
-    assert.ok(inspector.delivered(14, true), "a hole after the first delivery is a gap");
+    assert.equal(inspector.delivered(11, true), "take");
+    assert.equal(inspector.delivered(14, true), "take", "a hole after the first delivery is a gap");
     for (const g of inspector.gaps) found.push(`${g.fromSeq}-${g.toSeq}`);
     assert.deepEqual(found, ["12-13"]);
   });

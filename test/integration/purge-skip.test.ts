@@ -1,0 +1,106 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { DiscardPolicy, jetstreamManager } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/nats-core";
+import { headers } from "@nats-io/nats-core";
+import { jetstream } from "@nats-io/jetstream";
+import { check } from "../helpers/check.js";
+import { metricValue, RelayProcess, startRelay, writeConfig } from "../helpers/relays.js";
+import { assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
+import { updateStream } from "../helpers/streams.js";
+import { skipsOnSubjectPurge } from "../../src/nats/purge-skips.js";
+import type { Relay } from "../../src/relay/relay.js";
+
+/**
+ * An operator's clean-up on the source: `nats stream purge --subject <one subject> --keep 1` while the
+ * link is behind. A nats-server before 2.10.11 moves every consumer whose filter is wider than that
+ * subject to the subject's remaining message — past every other subject's messages in between, which
+ * the stream still holds — and 2.9 forgets what it delivered and was not acked yet (nats-server #5075).
+ * The link reads every such jump back from the stream: what is still there is relayed, in order, and
+ * only what the purge removed is a gap. On a fixed server the consumer does not jump, and the same
+ * verdict holds with nothing read back.
+ *
+ * The source: m-0..m-49 (seq 1-50), the temporary subject (seq 51), m-50..m-98 (seq 52-100), the
+ * temporary subject again (seq 101), m-99..m-108 (seq 102-111). The purge keeps seq 101 and removes 51.
+ */
+async function sourceWithTemporarySubject(nc: NatsConnection, src: string): Promise<string[]> {
+  const js = jetstream(nc);
+  const tmp = async (n: number) => {
+    const h = headers();
+    h.set("Nats-Msg-Id", `tmp-${n}`);
+    await js.publish(`${src}.tmp`, new TextEncoder().encode(`tmp ${n}`), { headers: h });
+  };
+  const ids = await publishIds(nc, src, "m", 50);
+  await tmp(1);
+  ids.push(...(await publishIds(nc, src, "m", 49, 50)));
+  await tmp(2);
+  ids.push(...(await publishIds(nc, src, "m", 10, 99)));
+  return ids;
+}
+
+/** The destination after the purge: every m-* in order with tmp-2 where the source holds it. */
+const expectedAfterPurge = (ids: readonly string[]) => [...ids.slice(0, 99), "tmp-2", ...ids.slice(99)];
+
+const linkOf = (relay: Relay) => relay.status().links[0];
+
+async function purgeTemporarySubject(nc: NatsConnection, src: string): Promise<void> {
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.purge(src, { filter: `${src}.tmp`, keep: 1 });
+}
+
+test("a subject purge while the link holds a full window: what the consumer jumps over is read back and relayed in order; only the purged message is a gap", async (t) => {
+  const r = await twoRegions(t);
+  const { relay } = await startRelay(t, r.yaml("    batchSize: 10\n    inFlight: 20\n"), "b", { gaps: true });
+  await check(() => linkOf(relay)?.state === "live", { name: "the link is live", timeoutMs: 20_000 });
+  await updateStream(r.ncb, r.dst, { max_msgs: 10, discard: DiscardPolicy.New });
+  const ids = await sourceWithTemporarySubject(r.nca, r.src);
+  await check(() => linkOf(relay)?.inFlight === 20, { name: "the link holds a full window (seq 11-30) for the full destination", timeoutMs: 20_000 });
+  await purgeTemporarySubject(r.nca, r.src);
+  await updateStream(r.ncb, r.dst, { max_msgs: -1 });
+
+  const expected = expectedAfterPurge(ids);
+  await waitForCount(r.ncb, r.dst, expected.length, 20_000, "everything the source still holds");
+  await assertInOrder(r.ncb, r.dst, expected);
+  await check(async () => (await metricValue(relay, "relay_gap_messages_total", { link: "a-to-b" })) === 1, {
+    name: "relay_gap_messages_total counts the one purged message",
+    timeoutMs: 5_000,
+  });
+  assert.deepEqual(
+    linkOf(relay)?.gaps.map((g) => [g.fromSeq, g.toSeq]),
+    [[51, 51]],
+  );
+  const readBack = await metricValue(relay, "relay_source_skips_read_back_total", { link: "a-to-b" });
+  // On 2.9.10 the consumer jumps from seq 31 to 101: 69 stored messages read back (51 is gone).
+  assert.equal(readBack, skipsOnSubjectPurge(r.nca.info?.version) ? 69 : 0, `messages read back on nats-server ${r.nca.info?.version}`);
+});
+
+test("a subject purge while the link is paused: the ack floor the server moved is read back when the link resumes, in order", async (t) => {
+  const r = await twoRegions(t);
+  const yaml = r.yaml("    batchSize: 10\n");
+  const configPath = await writeConfig(yaml);
+  const { relay } = await startRelay(t, yaml, "b", { gaps: true });
+  await check(() => linkOf(relay)?.state === "live", { name: "the link is live", timeoutMs: 20_000 });
+  const first = await publishIds(r.nca, r.src, "m", 5, 1_000);
+  await waitForCount(r.ncb, r.dst, 5, 20_000, "before the pause");
+
+  const cli = async (...args: string[]) => {
+    const p = new RelayProcess([...args, "a-to-b", "--config", configPath, "--region", "b", "--reason", "the source's clean-up"]);
+    assert.equal(await p.exited, 0, p.output());
+  };
+  await cli("link", "pause");
+  await check(() => linkOf(relay)?.state === "paused" && linkOf(relay)?.inFlight === 0, { name: "the link is paused with nothing in flight", timeoutMs: 15_000 });
+  const ids = await sourceWithTemporarySubject(r.nca, r.src);
+  await purgeTemporarySubject(r.nca, r.src);
+  await cli("link", "resume");
+
+  const expected = [...first, ...expectedAfterPurge(ids)];
+  await waitForCount(r.ncb, r.dst, expected.length, 20_000, "everything the source still holds");
+  await assertInOrder(r.ncb, r.dst, expected);
+  await check(async () => (await metricValue(relay, "relay_gap_messages_total", { link: "a-to-b" })) === 1, {
+    name: "relay_gap_messages_total counts the one purged message",
+    timeoutMs: 5_000,
+  });
+  const readBack = await metricValue(relay, "relay_source_skips_read_back_total", { link: "a-to-b" });
+  // On 2.9.10 the paused consumer's ack floor moves from seq 5 to 105 (seq 106 is tmp-2): 99 stored messages read back (56 is gone).
+  assert.equal(readBack, skipsOnSubjectPurge(r.nca.info?.version) ? 99 : 0, `messages read back on nats-server ${r.nca.info?.version}`);
+});
