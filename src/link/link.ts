@@ -169,14 +169,12 @@ export class Link {
       events: {
         stopPulling: () => this.loop.stopPulling(),
         refreshState: () => this.health.refresh(),
-        lapseWrites: () => {
-          destGate?.lapsed(writer);
-          sourceGate?.lapsed(writer);
-        },
+        lapseWrites: () => [destGate, sourceGate].forEach((gate) => gate?.lapsed(writer)),
         resetStall: () => this.stallWatch.reset(),
+        tookOver: () => this.inspector.tenureEnded(),
       },
     });
-    deps.lease.onLost((reason) => (this.inspector.tenureEnded(), this.ownership.leaseLost(reason)));
+    deps.lease.onLost((reason) => this.ownership.leaseLost(reason));
     this.guardWatch = new GuardWatch({
       guard: deps.guard,
       config,

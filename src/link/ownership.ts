@@ -38,6 +38,8 @@ export interface OwnershipDeps {
     lapseWrites(): void;
     /** The lease is lost: the stall watch starts over. */
     resetStall(): void;
+    /** Acquired from another relay (not its own lease taken back): what that relay acked says nothing of this one's deliveries. */
+    tookOver(): void;
   };
 }
 
@@ -140,6 +142,7 @@ export class Ownership {
         this.deps.logger.info({ leaseRevision: lapsedRevision }, "link lease holds again (it lapsed for a moment and was never lost): this relay goes on");
         return true;
       }
+      if (!lease.resumed) this.deps.events.tookOver();
       if (!lease.resumed && pipeline.size > 0) await this.dropHeld("another relay owned the link meanwhile");
       pipeline.resume(); // what it kept (a lease taken back) publishes, commits and acks again
       this.deps.logger.info({ leaseRevision: outcome, resumed: lease.resumed }, "link lease acquired: this relay owns the link");

@@ -32,8 +32,8 @@ export class SourceInspector {
   private readonly found: Gap[] = [];
   private highest = 0;
   /**
-   * The highest source sequence delivered to this relay since it last took the link (undefined: none
-   * yet, or the link was another's meanwhile): an ack floor above it is one the server moved itself.
+   * The highest source sequence delivered to this relay while no other relay owned the link (undefined:
+   * none yet, or another relay owned it since): an ack floor above it is one the server moved itself.
    */
   private seen: number | undefined;
   /** The clock offset last warned about (ms), while it is 2 s or more. */
@@ -101,7 +101,7 @@ export class SourceInspector {
     return this.gapFound(this.range(fromSeq, toSeq));
   }
 
-  /** The link was another relay's meanwhile (its lease was lost): what it acked says nothing of the server. */
+  /** The link was another relay's meanwhile (its lease taken over from it): what that relay acked says nothing of the server. */
   tenureEnded(): void {
     this.seen = undefined;
   }

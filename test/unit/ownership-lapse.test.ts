@@ -36,7 +36,7 @@ function parts(revision: number | undefined) {
     logger: pino({ level: "silent" }),
     signal: abort.signal,
     guardLost: () => false,
-    events: { stopPulling: () => undefined, refreshState: () => undefined, lapseWrites: () => undefined, resetStall: () => undefined },
+    events: { stopPulling: () => undefined, refreshState: () => undefined, lapseWrites: () => undefined, resetStall: () => undefined, tookOver: () => undefined },
   });
   return { ownership, events, abort, setValid: (v: boolean) => (valid = v) };
 }
