@@ -69,7 +69,7 @@ export interface ConsumeLoopDeps {
   readonly destination: Pick<DestinationCheck, "refresh">;
   readonly window: Pick<LinkWindow, "placed" | "pullOptions" | "receive" | "holding">;
   readonly probe: Pick<BacklogProbe, "read">;
-  readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "gone" | "observeClock" | "inspect" | "highestSeen">;
+  readonly inspector: Pick<SourceInspector, "placed" | "delivered" | "gone" | "observeClock" | "inspect" | "highestSeen" | "needsReference">;
   readonly resync: Pick<ResyncRunner, "pending" | "run">;
   readonly watch: Pick<LinkWatch, "watchConsumer">;
   readonly metrics: Pick<RelayMetrics, "skipsReadBack">;
@@ -229,12 +229,14 @@ export class ConsumeLoop {
         this.order.placed(position.info.delivered.consumer_seq);
         this.placements++;
         if (position.repositioned) pipeline.setStoredInDestination(position.stored, position.storedUpTo, position.heldUpTo);
+        const checkpoint = inspector.needsReference ? await this.deps.positions?.checkpoint().catch(() => undefined) : undefined;
         const skipped = inspector.placed({
           startSeq: position.startSeq,
           created: position.created,
           deliveredStreamSeq: position.info.delivered.stream_seq,
           skippedTo: position.skippedTo,
           ackFloor: position.startSeq !== undefined ? position.startSeq - 1 : position.info.ack_floor.stream_seq,
+          checkpointSeq: checkpoint && checkpoint.sourceCreatedMs === this.deps.sourceStream.ref().createdMs ? checkpoint.sourceSeq : undefined,
         });
         // The server moved the ack floor over messages this relay was never delivered: what the stream
         // still holds of them goes first.

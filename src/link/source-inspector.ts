@@ -48,6 +48,11 @@ export class SourceInspector {
     return this.highest;
   }
 
+  /** Whether the next placement has nothing of this relay's own to judge the ack floor by (a checkpoint then serves). */
+  get needsReference(): boolean {
+    return this.seen === undefined && this.readsBackSkips();
+  }
+
   /** Lost source ranges reported so far (the last 10). */
   get gaps(): readonly Gap[] {
     return this.found;
@@ -65,6 +70,8 @@ export class SourceInspector {
     readonly skippedTo?: number | undefined;
     /** The consumer's ack floor as placed (for a created consumer, its start − 1). */
     readonly ackFloor: number;
+    /** The ack floor of the link's last checkpoint (its owner's acks), where this relay was delivered nothing yet. */
+    readonly checkpointSeq?: number | undefined;
   }): Gap | undefined {
     // An ack floor above everything this relay was delivered: the server moved it over messages no
     // one acked (a subject purge before 2.10.11 also forgets what was delivered and not acked yet).
@@ -74,7 +81,10 @@ export class SourceInspector {
       this.highest = Math.max(this.highest, position.skippedTo);
       if (this.seen !== undefined) this.seen = Math.max(this.seen, position.skippedTo);
     }
-    const seen = this.seen;
+    // A relay that was delivered nothing yet (just started, or took the link over) goes by the last
+    // checkpoint: its owner's acks moved the floor past it by at most a checkpoint interval, and what
+    // lies between is read back and found relayed (broker dedup, the guard or the KV version absorb it).
+    const seen = this.seen ?? position.checkpointSeq;
     const skipped = this.readsBackSkips() && seen !== undefined && position.ackFloor > seen ? this.range(seen + 1, position.ackFloor) : undefined;
     if (skipped) this.seen = position.ackFloor;
     if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);

@@ -67,6 +67,12 @@ describe("SourceInspector on a server that skips on a subject purge", () => {
     assert.equal(i.placed({ created: false, deliveredStreamSeq: 40, ackFloor: 40 }), undefined, "read back once");
     i.tenureEnded();
     assert.equal(i.placed({ created: false, deliveredStreamSeq: 90, ackFloor: 90 }), undefined, "another owner acked 41-90");
-    assert.equal(inspector("2.9.10").i.placed({ created: false, deliveredStreamSeq: 5, ackFloor: 5 }), undefined, "a relay that was delivered nothing yet knows nothing of the floor");
+    assert.equal(inspector("2.9.10").i.placed({ created: false, deliveredStreamSeq: 5, ackFloor: 5 }), undefined, "a relay that was delivered nothing yet and has no checkpoint knows nothing of the floor");
+    const fresh = inspector("2.9.10").i;
+    assert.equal(fresh.needsReference, true);
+    const behind = fresh.placed({ created: false, deliveredStreamSeq: 70, ackFloor: 70, checkpointSeq: 50 });
+    assert.deepEqual(behind && [behind.fromSeq, behind.toSeq], [51, 70], "a fresh relay judges the floor by the last checkpoint");
+    assert.equal(fresh.needsReference, false);
+    assert.equal(inspector("2.10.11").i.needsReference, false, "a fixed server needs no reference");
   });
 });
