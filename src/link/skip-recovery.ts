@@ -114,9 +114,11 @@ export class SkipRecovery {
       seq = found.seq + 1;
     }
     if (readBack > 0) {
-      logger.warn(
+      // Every purge of a key a KV link is behind on does this on such a server: info there, a warning
+      // on a stream link (an operator's subject purge).
+      logger[config.to.bucket !== undefined ? "info" : "warn"](
         { fromSeq, toSeq, readBack },
-        `the source consumer jumped over ${readBack} messages the stream still holds (a subject purge on a nats-server before 2.10.11): read back and relayed`,
+        `the source consumer jumped over ${readBack === 1 ? "1 message" : `${readBack} messages`} the stream still holds (a subject purge on a nats-server before 2.10.11): read back and relayed`,
       );
     }
   }

@@ -24,6 +24,8 @@
  *   npm test                      the short form: 20 s at 300 writes/s, b stopped 8 s
  *   npm run test:faults -- --long the issue's: 60 s at 1,000 writes/s, b stopped 30 s
  */
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { test } from "node:test";
 import type { TestContext } from "node:test";
 import assert from "node:assert/strict";
@@ -134,6 +136,9 @@ test(
 
     const counts = new Map<number, Counts>();
     const all: Member[] = [];
+    // KV_SOAK_LOG_DIR=<dir>: every relay's log is written there at the end (relay-<region>-<pid>.log).
+    const logDir = process.env["KV_SOAK_LOG_DIR"];
+    if (logDir) t.after(() => Promise.all(all.map((m) => writeFile(join(logDir, `relay-${m.region}-${m.process.pid ?? 0}.log`), m.process.output()))));
     const spawn = async (region: RegionName): Promise<Member> => {
       const process = spawnRelay(t, ["run", "--config", configs[region], "--region", region]);
       const url = await process.httpUrl();
