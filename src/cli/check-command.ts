@@ -41,7 +41,8 @@ export async function checkCommand(argv: readonly string[]): Promise<number> {
     for (const l of links) {
       const filter = l.from.filterSubject ? ` filter ${l.from.filterSubject}` : "";
       const guard = l.guard ? `guard ${l.guard.store.kind}` : "broker dedup only";
-      console.log(`  ${l.name}: ${l.from.region}/${l.from.stream}${filter} -> ${l.to.region}/${l.to.stream} (${guard})`);
+      const side = (s: { readonly region: string; readonly stream: string; readonly bucket?: string }) => (s.bucket !== undefined ? `${s.region}/bucket ${s.bucket}` : `${s.region}/${s.stream}`);
+      console.log(`  ${l.name}: ${side(l.from)}${filter} -> ${side(l.to)} (${guard})`);
     }
   }
   const loose = await looseSecretFiles(path, config);
