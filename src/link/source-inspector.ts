@@ -48,9 +48,9 @@ export class SourceInspector {
     return this.highest;
   }
 
-  /** Whether the next placement has nothing of this relay's own to judge the ack floor by (a checkpoint then serves). */
+  /** Whether the next placement has nothing of this relay's own to judge the ack floor by (a KV link's checkpoint then serves). */
   get needsReference(): boolean {
-    return this.seen === undefined && this.readsBackSkips();
+    return this.seen === undefined && this.deps.config.to.bucket !== undefined && this.readsBackSkips();
   }
 
   /** Lost source ranges reported so far (the last 10). */
@@ -68,23 +68,25 @@ export class SourceInspector {
     readonly created: boolean;
     readonly deliveredStreamSeq: number;
     readonly skippedTo?: number | undefined;
-    /** The consumer's ack floor as placed (for a created consumer, its start − 1). */
+    /** Up to where the consumer will not deliver again: its ack floor, or all it delivered when nothing is ack-pending (for a created consumer, its start − 1). */
     readonly ackFloor: number;
-    /** The ack floor of the link's last checkpoint (its owner's acks), where this relay was delivered nothing yet. */
+    /** The ack floor of a KV link's last checkpoint (its owner's acks), where this relay was delivered nothing yet. */
     readonly checkpointSeq?: number | undefined;
   }): Gap | undefined {
-    // An ack floor above everything this relay was delivered: the server moved it over messages no
-    // one acked (a subject purge before 2.10.11 also forgets what was delivered and not acked yet).
     // Created at startAt new or a time: what lies before it was never the link's to relay (not a gap),
     // and the first delivery sets where holes count from.
     if (position.skippedTo !== undefined) {
       this.highest = Math.max(this.highest, position.skippedTo);
       if (this.seen !== undefined) this.seen = Math.max(this.seen, position.skippedTo);
     }
-    // A relay that was delivered nothing yet (just started, or took the link over) goes by the last
-    // checkpoint: its owner's acks moved the floor past it by at most a checkpoint interval, and what
-    // lies between is read back and found relayed (broker dedup, the guard or the KV version absorb it).
-    const seen = this.seen ?? position.checkpointSeq;
+    // An ack floor (or, with nothing ack-pending, a delivered sequence) above everything this relay
+    // was delivered: the server moved it over messages no one acked (a subject purge before 2.10.11),
+    // or forgot deliveries lost on the way (2.9 drops every ack-pending delivery on such a purge).
+    // A KV link's relay that was delivered nothing yet (just started, or took the link over) goes by
+    // the last checkpoint: its owner's acks moved the floor past it by at most a checkpoint interval,
+    // and what lies between is read back and found applied (each write's version absorbs it). Not a
+    // stream link's: what the last owner relayed may be older than the destination's duplicate window.
+    const seen = this.seen ?? (this.deps.config.to.bucket !== undefined ? position.checkpointSeq : undefined);
     const skipped = this.readsBackSkips() && seen !== undefined && position.ackFloor > seen ? this.range(seen + 1, position.ackFloor) : undefined;
     if (skipped) this.seen = position.ackFloor;
     if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);

@@ -18,9 +18,10 @@ describe("skipsOnSubjectPurge", () => {
   });
 });
 
-function inspector(version: string) {
+function inspector(version: string, kv = false) {
+  const [from, to] = kv ? ["{ region: a, bucket: cfg }", "{ region: b, bucket: cfg }"] : ["{ region: a, stream: SRC }", "{ region: b, stream: DST }"];
   const cfg = parseConfigText(
-    ["regions:", "  a: { servers: [nats://127.0.0.1:1] }", "  b: { servers: [nats://127.0.0.1:2] }", "links:", "  - name: a-to-b", "    from: { region: a, stream: SRC }", "    to: { region: b, stream: DST }", ""].join("\n"),
+    ["regions:", "  a: { servers: [nats://127.0.0.1:1] }", "  b: { servers: [nats://127.0.0.1:2] }", "links:", "  - name: a-to-b", `    from: ${from}`, `    to: ${to}`, ""].join("\n"),
     "test.yaml",
   );
   const gaps: number[] = [];
@@ -68,11 +69,14 @@ describe("SourceInspector on a server that skips on a subject purge", () => {
     i.tenureEnded();
     assert.equal(i.placed({ created: false, deliveredStreamSeq: 90, ackFloor: 90 }), undefined, "another owner acked 41-90");
     assert.equal(inspector("2.9.10").i.placed({ created: false, deliveredStreamSeq: 5, ackFloor: 5 }), undefined, "a relay that was delivered nothing yet and has no checkpoint knows nothing of the floor");
-    const fresh = inspector("2.9.10").i;
+    const stream = inspector("2.9.10").i;
+    assert.equal(stream.needsReference, false, "a stream link's last owner may have relayed beyond the duplicate window: no checkpoint reference");
+    assert.equal(stream.placed({ created: false, deliveredStreamSeq: 70, ackFloor: 70, checkpointSeq: 50 }), undefined);
+    const fresh = inspector("2.9.10", true).i;
     assert.equal(fresh.needsReference, true);
     const behind = fresh.placed({ created: false, deliveredStreamSeq: 70, ackFloor: 70, checkpointSeq: 50 });
-    assert.deepEqual(behind && [behind.fromSeq, behind.toSeq], [51, 70], "a fresh relay judges the floor by the last checkpoint");
+    assert.deepEqual(behind && [behind.fromSeq, behind.toSeq], [51, 70], "a fresh relay of a KV link judges the floor by the last checkpoint");
     assert.equal(fresh.needsReference, false);
-    assert.equal(inspector("2.10.11").i.needsReference, false, "a fixed server needs no reference");
+    assert.equal(inspector("2.10.11", true).i.needsReference, false, "a fixed server needs no reference");
   });
 });
