@@ -126,6 +126,7 @@ export class ConsumeLoop {
       room: () => deps.pipeline.size < deps.config.inFlight,
       take: (d) => this.take(d),
       gone: (fromSeq, toSeq) => deps.inspector.gone(fromSeq, toSeq),
+      fail: (err) => deps.events.fail(err),
     });
   }
 
@@ -247,7 +248,7 @@ export class ConsumeLoop {
         });
         // The server moved the ack floor over messages this relay was never delivered: what the stream
         // still holds of them goes first.
-        if (skipped) await this.skips.readBack(skipped.fromSeq, skipped.toSeq);
+        if (skipped) await this.skips.readBack(skipped.fromSeq, skipped.toSeq).catch((err: unknown) => events.fail(toRelayError(err)));
         if (this.deps.failed() || signal.aborted) return;
         // Before consuming: once delivery resumes, the server skips deleted messages without a trace.
         // (A consumer created from the start of the stream, or at startAt new or a time, has no cursor
@@ -365,13 +366,9 @@ export class ConsumeLoop {
       if (verdict === "halt") return;
       if (verdict !== "take") {
         this.skips.hold(verdict.fromSeq, verdict.toSeq, delivery, (queued) => {
-          try {
-            queued.forEach((d, i) => {
-              if (!this.deps.failed()) this.intake(d, i === 0);
-            });
-          } catch (err) {
-            this.deps.events.fail(toRelayError(err));
-          }
+          queued.forEach((d, i) => {
+            if (!this.deps.failed()) this.intake(d, i === 0);
+          });
         });
         return;
       }

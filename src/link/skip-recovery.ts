@@ -12,6 +12,7 @@ import type { JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
 import { toRelayError } from "../errors.js";
+import type { RelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { storedDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
@@ -34,6 +35,8 @@ export interface SkipRecoveryDeps {
   take(d: Delivery): void;
   /** Part of the jump the stream no longer holds (deleted before the link read it). False: the link halts on it. */
   gone(fromSeq: number, toSeq: number): boolean;
+  /** A bug while taking what was read back: the link stops rather than ack past it. */
+  fail(err: RelayError): void;
 }
 
 /** How often a read-back waiting for room in the pipeline looks again (ms). */
@@ -65,11 +68,13 @@ export class SkipRecovery {
    */
   hold(fromSeq: number, toSeq: number, next: Delivery, resume: (queued: Delivery[]) => void): void {
     this.queued = [next];
-    this.running = this.readBack(fromSeq, toSeq).then(() => {
-      const queued = this.queued ?? [];
-      this.queued = undefined;
-      if (this.deps.owns() && !this.deps.signal.aborted) resume(queued);
-    });
+    this.running = this.readBack(fromSeq, toSeq)
+      .then(() => {
+        const queued = this.queued ?? [];
+        this.queued = undefined;
+        if (this.deps.owns() && !this.deps.signal.aborted) resume(queued);
+      })
+      .catch((err: unknown) => this.deps.fail(toRelayError(err)));
   }
 
   /** The pull ended: whatever waits stays unacked at the source (the cursor placed next puts it first). */
