@@ -4,7 +4,8 @@ import { DiscardPolicy, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { headers } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
-import { check } from "../helpers/check.js";
+import { check, uniqueName } from "../helpers/check.js";
+import { converged, kvRegions, kvYaml } from "../helpers/kv.js";
 import { metricValue, RelayProcess, startRelay, writeConfig } from "../helpers/relays.js";
 import { assertInOrder, publishIds, twoRegions, waitForCount } from "../helpers/scenario.js";
 import { updateStream } from "../helpers/streams.js";
@@ -103,4 +104,37 @@ test("a subject purge while the link is paused: the ack floor the server moved i
   const readBack = await metricValue(relay, "relay_source_skips_read_back_total", { link: "a-to-b" });
   // On 2.9.10 the paused consumer's ack floor moves from seq 5 to 105 (seq 106 is tmp-2): 99 stored messages read back (56 is gone).
   assert.equal(readBack, skipsOnSubjectPurge(r.nca.info?.version) ? 99 : 0, `messages read back on nats-server ${r.nca.info?.version}`);
+});
+
+test("a KV link paused while its source bucket is written and one key purged: on resume every key converges, and only the purged key's writes are superseded", async (t) => {
+  const bucket = uniqueName("purged").replace(/[^-\w]/g, "_");
+  const [a, b] = await kvRegions(t, ["a", "b"], bucket, 64);
+  assert.ok(a && b);
+  const yaml = kvYaml([a, b], [["a", "b"]], bucket);
+  const configPath = await writeConfig(yaml);
+  const { relay } = await startRelay(t, yaml, "b");
+  const keys = Array.from({ length: 10 }, (_, i) => `k${i}`);
+  for (const key of keys) await a.kv.put(key, `before ${key}`);
+  await check(async () => converged([a, b], bucket, keys), { name: "b holds every key before the pause", timeoutMs: 20_000, intervalMs: 200 });
+
+  const cli = async (...args: string[]) => {
+    const p = new RelayProcess([...args, "a-to-b", "--config", configPath, "--region", "b", "--reason", "the bucket's clean-up"]);
+    assert.equal(await p.exited, 0, p.output());
+  };
+  await cli("link", "pause");
+  await check(() => linkOf(relay)?.state === "paused" && linkOf(relay)?.inFlight === 0, { name: "the link is paused with nothing in flight", timeoutMs: 15_000 });
+  const ROUNDS = 5;
+  for (let round = 0; round < ROUNDS; round++) for (const key of keys) await a.kv.put(key, `round ${round} ${key}`);
+  // The purge's rollup removes k3's five writes of the pause; on 2.9 it also moves the paused consumer
+  // past every other key's writes, to the purge.
+  await a.kv.purge("k3");
+  await cli("link", "resume");
+
+  await check(async () => converged([a, b], bucket, keys), { name: "b holds a's latest write of every key after the resume", timeoutMs: 20_000, intervalMs: 200 });
+  for (const key of keys.filter((k) => k !== "k3")) assert.equal((await b.kv.get(key))?.string(), `round ${ROUNDS - 1} ${key}`, `key ${key}`);
+  assert.equal((await b.kv.get("k3"))?.operation, "PURGE");
+  assert.equal(await metricValue(relay, "relay_kv_superseded_total", { link: "a-to-b" }), ROUNDS, "only k3's writes the purge removed are superseded");
+  const readBack = await metricValue(relay, "relay_source_skips_read_back_total", { link: "a-to-b" });
+  // 2.9.10 moves the paused consumer to the purge: the other 9 keys' 45 writes are read back.
+  assert.equal(readBack, skipsOnSubjectPurge(a.nc.info?.version) ? (keys.length - 1) * ROUNDS : 0, `writes read back on nats-server ${a.nc.info?.version}`);
 });
