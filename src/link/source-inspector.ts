@@ -36,6 +36,8 @@ export class SourceInspector {
    * none yet, or another relay owned it since): an ack floor above it is one the server moved itself.
    */
   private seen: number | undefined;
+  /** The source server's version, as last known. */
+  private version: string | undefined;
   /** The clock offset last warned about (ms), while it is 2 s or more. */
   private clockOffsetLogged: number | undefined;
 
@@ -202,7 +204,10 @@ export class SourceInspector {
    * 2.10.11, nats/purge-skips.ts): jumps are then read back (skip-recovery.ts) before they are gaps.
    */
   private readsBackSkips(): boolean {
-    return skipsOnSubjectPurge(this.deps.sourceVersion());
+    // The connection forgets the server's INFO while it reconnects: the last one known stands, and
+    // before any is known the jump is read back (a round trip, where taking it for a loss could lose).
+    this.version = this.deps.sourceVersion() ?? this.version;
+    return this.version === undefined || skipsOnSubjectPurge(this.version);
   }
 
   private newDetector(): GapDetector {

@@ -48,7 +48,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const logger = pino({ level: "silent" });
   const halted: RelayError[] = [];
-  const inspector = new SourceInspector({ config, metrics, logger, fail: (err) => halted.push(err), requestResync: () => {}, sourceVersion: () => undefined });
+  const inspector = new SourceInspector({ config, metrics, logger, fail: (err) => halted.push(err), requestResync: () => {}, sourceVersion: () => "2.11.0" });
   const abort = new AbortController();
   let reads = 0;
   let polls = 0;

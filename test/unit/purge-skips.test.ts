@@ -50,6 +50,31 @@ describe("SourceInspector on a server that skips on a subject purge", () => {
     assert.deepEqual(i.gaps.map((g) => [g.fromSeq, g.toSeq]), [[4, 5]]);
   });
 
+  it("before the server's version is known, a jump is read back; once known, the last version known stands while the connection forgets it", () => {
+    let version: string | undefined;
+    const gaps: number[] = [];
+    const cfg = parseConfigText(
+      ["regions:", "  a: { servers: [nats://127.0.0.1:1] }", "  b: { servers: [nats://127.0.0.1:2] }", "links:", "  - name: a-to-b", "    from: { region: a, stream: SRC }", "    to: { region: b, stream: DST }", ""].join("\n"),
+      "test.yaml",
+    );
+    const i = new SourceInspector({
+      config: cfg.links[0]!,
+      metrics: { gapMessages: { inc: (_l: unknown, n: number) => gaps.push(n) }, sourceClockOffset: { set: () => undefined }, kvSuperseded: { inc: () => undefined } } as never,
+      logger: createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, cb) => cb() }), secrets: [] }),
+      fail: () => undefined,
+      requestResync: () => undefined,
+      sourceVersion: () => version,
+    });
+    i.placed({ created: true, startSeq: 1, deliveredStreamSeq: 0, ackFloor: 0 });
+    i.delivered(1, true);
+    assert.equal(typeof i.delivered(5, true), "object", "unknown: read back");
+    version = "2.11.0";
+    assert.equal(i.delivered(9, true), "take", "a fixed server: a gap at once");
+    version = undefined; // reconnecting
+    assert.equal(i.delivered(12, true), "take", "the last version known stands");
+    assert.deepEqual(gaps, [3, 2]);
+  });
+
   it("on a fixed server the same jump is a gap at once", () => {
     const { i, gaps } = inspector("2.10.11");
     i.placed({ created: true, startSeq: 1, deliveredStreamSeq: 0, ackFloor: 0 });

@@ -119,7 +119,7 @@ describe("where a link without a record starts", () => {
       logger: createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, cb) => cb() }), secrets: [] }),
       fail: () => undefined,
       requestResync: () => undefined,
-      sourceVersion: () => undefined,
+      sourceVersion: () => "2.11.0",
     });
     const reading = { ackFloor: 0, streamFirstSeq: 4, streamMessages: 7, pending: 0, ackPending: 0, messages: 0, ageSeconds: 0, deliveredSeq: 10, streamLastSeq: 10, at: "" };
     inspector.placed({ created: true, deliveredStreamSeq: 10, skippedTo: 10, ackFloor: 10 });
