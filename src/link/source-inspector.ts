@@ -72,7 +72,7 @@ export class SourceInspector {
     readonly skippedTo?: number | undefined;
     /** Up to where the consumer will not deliver again: its ack floor, or all it delivered when nothing is ack-pending (for a created consumer, its start − 1). */
     readonly ackFloor: number;
-    /** The ack floor of a KV link's last checkpoint (its owner's acks), where this relay was delivered nothing yet. */
+    /** The ack floor of a KV link's last checkpoint (its owner's acks), where this relay was delivered nothing yet (undefined: none). */
     readonly checkpointSeq?: number | undefined;
   }): Gap | undefined {
     // Created at startAt new or a time: what lies before it was never the link's to relay (not a gap),
@@ -84,11 +84,13 @@ export class SourceInspector {
     // An ack floor (or, with nothing ack-pending, a delivered sequence) above everything this relay
     // was delivered: the server moved it over messages no one acked (a subject purge before 2.10.11),
     // or forgot deliveries lost on the way (2.9 drops every ack-pending delivery on such a purge).
-    // A KV link's relay that was delivered nothing yet (just started, or took the link over) goes by
-    // the last checkpoint: its owner's acks moved the floor past it by at most a checkpoint interval,
-    // and what lies between is read back and found applied (each write's version absorbs it). Not a
-    // stream link's: what the last owner relayed may be older than the destination's duplicate window.
-    const seen = this.seen ?? (this.deps.config.to.bucket !== undefined ? position.checkpointSeq : undefined);
+    // A KV link's relay that was delivered nothing yet (just started, or took the link over) and finds
+    // the consumer another relay consumed goes by the last checkpoint (with none yet, the stream's
+    // start): its owner's acks moved the floor past it by at most a checkpoint interval, and what lies
+    // between is read back and found applied (each write's version absorbs it). Not a stream link's:
+    // what the last owner relayed may be older than the destination's duplicate window.
+    const reference = this.deps.config.to.bucket !== undefined && !position.created ? (position.checkpointSeq ?? 0) : undefined;
+    const seen = this.seen ?? reference;
     const skipped = this.readsBackSkips() && seen !== undefined && position.ackFloor > seen ? this.range(seen + 1, position.ackFloor) : undefined;
     if (skipped) this.seen = position.ackFloor;
     if (position.startSeq !== undefined) this.highest = Math.max(this.highest, position.startSeq - 1);

@@ -103,5 +103,8 @@ describe("SourceInspector on a server that skips on a subject purge", () => {
     assert.deepEqual(behind && [behind.fromSeq, behind.toSeq], [51, 70], "a fresh relay of a KV link judges the floor by the last checkpoint");
     assert.equal(fresh.needsReference, false);
     assert.equal(inspector("2.10.11", true).i.needsReference, false, "a fixed server needs no reference");
+    const noCheckpoint = inspector("2.9.10", true).i.placed({ created: false, deliveredStreamSeq: 30, ackFloor: 30 });
+    assert.deepEqual(noCheckpoint && [noCheckpoint.fromSeq, noCheckpoint.toSeq], [1, 30], "no checkpoint yet: from the stream's start");
+    assert.equal(inspector("2.9.10", true).i.placed({ created: true, startSeq: 31, deliveredStreamSeq: 30, ackFloor: 30 }), undefined, "a consumer this relay created where it chose: nothing skipped");
   });
 });
