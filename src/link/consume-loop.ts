@@ -236,14 +236,8 @@ export class ConsumeLoop {
           created: position.created,
           deliveredStreamSeq: position.info.delivered.stream_seq,
           skippedTo: position.skippedTo,
-          // What the consumer will not deliver again: its ack floor, or with nothing ack-pending all it
-          // delivered (a purge on 2.9 forgets ack-pending deliveries above the floor too).
-          ackFloor:
-            position.startSeq !== undefined
-              ? position.startSeq - 1
-              : position.info.num_ack_pending === 0
-                ? Math.max(position.info.ack_floor.stream_seq, position.info.delivered.stream_seq)
-                : position.info.ack_floor.stream_seq,
+          // What the consumer will not deliver again (deliveries it forgot made the cursor move back).
+          ackFloor: position.startSeq !== undefined ? position.startSeq - 1 : position.info.ack_floor.stream_seq,
           checkpointSeq: checkpoint && checkpoint.sourceCreatedMs === this.deps.sourceStream.ref().createdMs ? checkpoint.sourceSeq : undefined,
         });
         // The server moved the ack floor over messages this relay was never delivered: what the stream

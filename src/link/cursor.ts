@@ -98,7 +98,9 @@ export const MAX_SCAN = 200_000;
  *   took the link over): those were held by a process that died or was stopped. JetStream would deliver
  *   newer messages at once and those only after their ack wait, so they would land after newer ones:
  *   the cursor is moved back to ack floor + 1, and the ones the destination already holds are read
- *   from it, so they are acked without a second copy, however long ago they were stored.
+ *   from it, so they are acked without a second copy, however long ago they were stored. So is a
+ *   consumer that delivered above its ack floor with nothing ack-pending: the server forgot those
+ *   deliveries (a subject purge before 2.10.11) and would never send them again.
  * The caller owns the link: nobody else consumes from the durable meanwhile.
  */
 export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsNothing: boolean): Promise<CursorPosition> {
@@ -145,7 +147,11 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   if (link.startAt !== "earliest" && (deps.start?.tellOnce() ?? true)) {
     logger.info({ durable: link.durableName, startAt: describeStartAt(link.startAt), ackFloor: existing.ack_floor.stream_seq }, `the link's source consumer exists: it goes on from its ack floor (startAt ${describeStartAt(link.startAt)} applies only to a link without a record)`);
   }
-  if (!policyChanged && (!holdsNothing || existing.num_ack_pending === 0)) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
+  // Delivered above its ack floor with nothing ack-pending: the server forgot deliveries nobody acked
+  // (a subject purge on a server before 2.10.11 drops every ack-pending delivery): they would never
+  // come again, so the cursor goes back for them too.
+  const forgotten = existing.num_ack_pending === 0 && existing.delivered.stream_seq > existing.ack_floor.stream_seq;
+  if (!policyChanged && (!holdsNothing || (existing.num_ack_pending === 0 && !forgotten))) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
   const stored = await storedAbove(deps.dest, markers, floor, deps.maxScan ?? MAX_SCAN);
   const info = await createDurable(jsm, link, floor + 1, true);
@@ -157,9 +163,12 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
     );
     return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo, heldUpTo: existing.delivered.stream_seq };
   }
-  logger.info(
-    { durable: link.durableName, ackPending: existing.num_ack_pending, startSeq: floor + 1, alreadyStored: stored.size },
-    `ordered recovery: ${existing.num_ack_pending} messages were held by a previous owner; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,
+  const held = forgotten
+    ? `the consumer delivered up to source seq ${existing.delivered.stream_seq} and holds none of it as ack-pending (the server forgot it: a subject purge before nats-server 2.10.11)`
+    : `${existing.num_ack_pending} messages were held by a previous owner`;
+  logger[forgotten ? "warn" : "info"](
+    { durable: link.durableName, ackPending: existing.num_ack_pending, deliveredSeq: existing.delivered.stream_seq, startSeq: floor + 1, alreadyStored: stored.size },
+    `ordered recovery: ${held}; the cursor restarts at source seq ${floor + 1} so they go first (${stored.size} of them are in the destination already and are only acked)`,
   );
   return { info, created: false, repositioned: true, startSeq: floor + 1, stored, storedUpTo, heldUpTo: existing.delivered.stream_seq };
 }

@@ -70,7 +70,7 @@ export class SourceInspector {
     readonly created: boolean;
     readonly deliveredStreamSeq: number;
     readonly skippedTo?: number | undefined;
-    /** Up to where the consumer will not deliver again: its ack floor, or all it delivered when nothing is ack-pending (for a created consumer, its start − 1). */
+    /** The consumer's ack floor as placed (for a created or moved consumer, its start − 1): it will not deliver anything at or below it again. */
     readonly ackFloor: number;
     /** The ack floor of a KV link's last checkpoint (its owner's acks), where this relay was delivered nothing yet (undefined: none). */
     readonly checkpointSeq?: number | undefined;
@@ -81,9 +81,9 @@ export class SourceInspector {
       this.highest = Math.max(this.highest, position.skippedTo);
       if (this.seen !== undefined) this.seen = Math.max(this.seen, position.skippedTo);
     }
-    // An ack floor (or, with nothing ack-pending, a delivered sequence) above everything this relay
-    // was delivered: the server moved it over messages no one acked (a subject purge before 2.10.11),
-    // or forgot deliveries lost on the way (2.9 drops every ack-pending delivery on such a purge).
+    // An ack floor above everything this relay was delivered: the server moved it over messages no one
+    // acked (a subject purge before 2.10.11). (Deliveries it forgot above its floor, which 2.9 also
+    // drops on such a purge, made the cursor move back to the floor: cursor.ts.)
     // A KV link's relay that was delivered nothing yet (just started, or took the link over) and finds
     // the consumer another relay consumed goes by the last checkpoint (with none yet, the stream's
     // start): its owner's acks moved the floor past it by at most a checkpoint interval, and what lies

@@ -138,3 +138,34 @@ test("a KV link paused while its source bucket is written and one key purged: on
   // 2.9.10 moves the paused consumer to the purge: the other 9 keys' 45 writes are read back.
   assert.equal(readBack, skipsOnSubjectPurge(a.nc.info?.version) ? (keys.length - 1) * ROUNDS : 0, `writes read back on nats-server ${a.nc.info?.version}`);
 });
+
+test("a relay started after a subject purge made the server forget its predecessor's deliveries: ordered recovery relays them first, in order", async (t) => {
+  const r = await twoRegions(t);
+  const yaml = r.yaml("    batchSize: 10\n    inFlight: 20\n");
+  const js = jetstream(r.nca);
+  // The temporary subject's two messages come first (seq 1, 2): a purge keeping its last one leaves
+  // the consumer's position and floor alone and, on 2.9, drops everything ack-pending.
+  for (const n of [1, 2]) {
+    const h = headers();
+    h.set("Nats-Msg-Id", `tmp-${n}`);
+    await js.publish(`${r.src}.tmp`, new TextEncoder().encode(`tmp ${n}`), { headers: h });
+  }
+  const first = await startRelay(t, yaml, "b");
+  await check(() => linkOf(first.relay)?.state === "live", { name: "the first relay's link is live", timeoutMs: 20_000 });
+  await waitForCount(r.ncb, r.dst, 2, 20_000, "the temporary subject's messages");
+  await updateStream(r.ncb, r.dst, { max_msgs: 12, discard: DiscardPolicy.New });
+  const ids = await publishIds(r.nca, r.src, "m", 60);
+  await check(() => linkOf(first.relay)?.inFlight === 20, { name: "the first relay holds a full window for the full destination", timeoutMs: 20_000 });
+  // It stops without getting them stored: they stay ack-pending at the source, until the purge.
+  await first.relay.stop(AbortSignal.timeout(1_000));
+  await purgeTemporarySubject(r.nca, r.src);
+  const info = await (await jetstreamManager(r.nca)).consumers.info(r.src, "relay-a-to-b");
+  await updateStream(r.ncb, r.dst, { max_msgs: -1 });
+
+  const second = await startRelay(t, yaml, "b");
+  const expected = ["tmp-1", "tmp-2", ...ids];
+  await waitForCount(r.ncb, r.dst, expected.length, 20_000, "everything the source held");
+  await assertInOrder(r.ncb, r.dst, expected);
+  t.diagnostic(`after the purge the consumer had delivered up to seq ${info.delivered.stream_seq}, ack floor ${info.ack_floor.stream_seq}, ${info.num_ack_pending} ack-pending`);
+  assert.equal(await metricValue(second.relay, "relay_gap_messages_total", { link: "a-to-b" }), 0);
+});
