@@ -149,8 +149,9 @@ export async function positionCursor(deps: CursorDeps, source: SourceRef, holdsN
   }
   // Delivered above its ack floor with nothing ack-pending: the server forgot deliveries nobody acked
   // (a subject purge on a server before 2.10.11 drops every ack-pending delivery): they would never
-  // come again, so the cursor goes back for them too.
-  const forgotten = existing.num_ack_pending === 0 && existing.delivered.stream_seq > existing.ack_floor.stream_seq;
+  // come again, so the cursor goes back for them too. (A consumer that delivered nothing yet since it
+  // was created at a start sequence reports that start − 1 as delivered and, on 2.9, ack floor 0.)
+  const forgotten = existing.num_ack_pending === 0 && existing.delivered.consumer_seq > 0 && existing.delivered.stream_seq > existing.ack_floor.stream_seq;
   if (!policyChanged && (!holdsNothing || (existing.num_ack_pending === 0 && !forgotten))) return { info: existing, created: false, repositioned: false, stored: new Map(), storedUpTo: 0, heldUpTo: 0 };
   const floor = existing.ack_floor.stream_seq;
   const stored = await storedAbove(deps.dest, markers, floor, deps.maxScan ?? MAX_SCAN);
