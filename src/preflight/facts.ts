@@ -25,6 +25,8 @@ export type RegionFact =
   | {
       readonly ok: true;
       readonly server: string;
+      /** The server's version, as it said in its INFO. */
+      readonly version?: string;
       /** The round trip to the region's server from where the check runs (ms), when it answered in time. */
       readonly rttMs?: number;
       /** The server's `max_payload`. */

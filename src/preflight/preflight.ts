@@ -128,7 +128,12 @@ async function openCheckedRegion(region: RegionConfig, logger: Logger, timeoutMs
   if (!s.ok) return { fact: { ok: false, reason: s.reason } };
   const rttMs = await withDeadline(lowestRtt(s.nc, 3), RTT_WAIT_MS, "round trip").catch(() => undefined);
   const maxPayload = s.nc.info?.max_payload;
-  return { fact: { ok: true, server: s.server, ...(rttMs !== undefined ? { rttMs } : {}), ...(maxPayload !== undefined ? { maxPayload } : {}) }, nc: s.nc, jsm: s.jsm };
+  const version = s.nc.info?.version;
+  return {
+    fact: { ok: true, server: s.server, ...(version !== undefined ? { version } : {}), ...(rttMs !== undefined ? { rttMs } : {}), ...(maxPayload !== undefined ? { maxPayload } : {}) },
+    nc: s.nc,
+    jsm: s.jsm,
+  };
 }
 
 async function readStream(session: RegionSession | undefined, stream: string): Promise<StreamFact> {

@@ -7,12 +7,21 @@ import type { StreamFact, StreamFacts } from "../nats/stream-facts.js";
 import { windowPerSecond } from "../nats/pull-window.js";
 import { REFERENCE_RATE_PER_SEC, rateCapWindow, startingWindow, WAN_RTT_MS } from "../link/window-controller.js";
 import { initialWindow } from "../link/link-window.js";
+import { skipsOnSubjectPurge } from "../nats/purge-skips.js";
 import { skipped, where } from "./check-helpers.js";
 import type { CheckResult, RegionFact } from "./facts.js";
 
 export function checkRegion(role: "source" | "destination", region: string, fact: RegionFact): CheckResult {
   const name = `${role} region`;
-  if (fact.ok) return { name, level: "ok", detail: `${region}: connected to ${fact.server}` };
+  if (fact.ok) {
+    const at = `${region}: connected to ${fact.server}${fact.version ? ` (nats-server ${fact.version})` : ""}`;
+    // Not a warning: the links read such skips back (docs/data-path.md); every other consumer is skipped.
+    const purges =
+      role === "source" && fact.version !== undefined && skipsOnSubjectPurge(fact.version)
+        ? "; before 2.10.11 a subject purge (a KV purge, `nats stream purge --subject`) jumps consumers over other subjects' stored messages: the relay reads them back, other consumers lose them (upgrade to 2.10.11+)"
+        : "";
+    return { name, level: "ok", detail: `${at}${purges}` };
+  }
   return {
     name,
     level: "error",

@@ -4,6 +4,7 @@ import { AckPolicy, jetstreamManager, RetentionPolicy, StorageType } from "@nats
 import type { NatsConnection } from "@nats-io/nats-core";
 import { connect } from "@nats-io/transport-node";
 import { parseConfigText } from "../../src/config/load.js";
+import { skipsOnSubjectPurge } from "../../src/nats/purge-skips.js";
 import type { LinkConfig } from "../../src/config/types.js";
 import {
   checkDuplicateWindow,
@@ -368,6 +369,12 @@ describe("check --live", () => {
     assert.match(row(r.out, "b-to-a", "guard").detail, /AOF on/);
     assert.match(row(r.out, "b-to-a", "guard").detail, /\(Redis \d+\.\d+\.\d+\)/, "the guard row names the Redis version it checked");
     assert.match(row(r.out, "b-to-a", "durable consumer").detail, /3 pending/);
+    // The source region row names the server's version, and what a subject purge does before 2.10.11.
+    const version = nca.info?.version ?? "";
+    const source = row(r.out, "a-to-b", "source region").detail;
+    assert.ok(source.includes(`(nats-server ${version})`), source);
+    assert.equal(/jumps consumers over other subjects' stored messages/.test(source), skipsOnSubjectPurge(version), source);
+    assert.ok(!row(r.out, "a-to-b", "destination region").detail.includes("jumps consumers"), "the purge note is the source's alone");
     // On loopback the window is not what limits a link: ok, with the round trip it was measured over.
     // Loopback starts at two batches (1000); a loaded machine may time its round trip at 10 ms or more (a WAN).
     assert.match(row(r.out, "a-to-b", "pull window").detail, /^starts at (1000|16384) messages and sizes itself to the round trip, up to 16384 \(inFlight 16384\); round trip from here \d+ ms: 10000 msgs\/s needs ~\d+, the cap allows ~\d+ msgs\/s$/);
