@@ -9,10 +9,9 @@ import { JetStreamPublisher } from "../nats/publisher.js";
 import { RoundTripMeter } from "../nats/round-trips.js";
 import { SourceAcks } from "../nats/source-acks.js";
 import type { LinkState } from "../observability/metrics.js";
-import { BacklogProbe } from "./backlog.js";
+import { BacklogProbe, type BacklogReading } from "./backlog.js";
 import { BacklogPoll } from "./backlog-poll.js";
 import { CheckpointWriter } from "./checkpoint.js";
-import type { BacklogReading } from "./backlog.js";
 import { ConsumeLoop } from "./consume-loop.js";
 import { Destination } from "./destination.js";
 import { DestinationCheck } from "./destination-check.js";
@@ -35,7 +34,7 @@ import { SourceStream } from "./source-stream.js";
 import { StallWatch } from "./stall-watch.js";
 import type { GatedWriter } from "../nats/write-gate.js";
 import { LinkAudit } from "../audit/link-audit.js";
-
+import { streamListingOf } from "../nats/stream-listing.js";
 import type { LinkDeps } from "./link-deps.js";
 export type { LinkOwnership, LinkStatus } from "./link-status.js";
 
@@ -342,6 +341,7 @@ export class Link {
       ticks: deps.ticks,
       lease: deps.lease,
       probe: this.probe,
+      listing: streamListingOf(deps.source, deps.sourceRegion.domain),
       destinationCheck: this.destinationCheck,
       pipeline: this.pipeline,
       window: this.window,
