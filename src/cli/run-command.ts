@@ -1,6 +1,7 @@
 import { secretsOf } from "../config/redact.js";
 import { ConfigReloader, readConfigFile } from "../config/reloader.js";
 import type { RelayConfig } from "../config/types.js";
+import { boundHeapGrowth } from "../lifecycle/heap-growth.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger, LogSecrets } from "../observability/logger.js";
@@ -36,6 +37,8 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   }
   const configPath = requireString(runSpec, values, "config");
   const region = requireString(runSpec, values, "region");
+  // Before the links start: the old generation is held near what is live from the first collection on.
+  boundHeapGrowth();
   const { config, digest } = await readConfigFile(configPath);
   // The values scrubbed from every log line: the config's secrets, and those a reload brings.
   const secrets = new LogSecrets(secretsOf(config));
