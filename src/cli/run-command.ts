@@ -1,7 +1,7 @@
 import { secretsOf } from "../config/redact.js";
 import { ConfigReloader, readConfigFile } from "../config/reloader.js";
 import type { RelayConfig } from "../config/types.js";
-import { boundHeapGrowth } from "../lifecycle/heap-growth.js";
+import { HeapGrowth } from "../lifecycle/heap-growth.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger, LogSecrets } from "../observability/logger.js";
@@ -37,13 +37,17 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   }
   const configPath = requireString(runSpec, values, "config");
   const region = requireString(runSpec, values, "region");
-  // Before the links start: the old generation is held near what is live from the first collection on.
-  boundHeapGrowth();
   const { config, digest } = await readConfigFile(configPath);
   // The values scrubbed from every log line: the config's secrets, and those a reload brings.
   const secrets = new LogSecrets(secretsOf(config));
   const logger = createLogger({ level: config.log.level, secrets });
   const relay = new Relay(config, region, { logger });
+  // Before the links start: at rest (and starting) the old generation stays within twice what is live.
+  const heap = new HeapGrowth(async () => {
+    const values = (await relay.registry.getSingleMetric("relay_messages_total")?.get())?.values ?? [];
+    return values.reduce((n, v) => (v.labels["outcome"] === "relayed" ? n + v.value : n), 0);
+  });
+  heap.start();
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
   // What a config reload changes outside the relay: the token and protectMetrics (read per request),
@@ -86,6 +90,7 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
       graceMs: current.shutdownGraceMs,
       logger,
       drain: async (deadline) => {
+        heap.stop();
         reloader.stop(); // a SIGHUP while draining is ignored (its handler stays: the default would end the process)
         await relay.stop(deadline);
         await http.stop();
