@@ -40,7 +40,7 @@ export interface BacklogPollDeps {
    * The source's streams as one listing shows them, shared by the links on the source (stream-listing.ts):
    * an owner at rest whose stream is unchanged since its last reading skips its own (absent: it reads).
    */
-  readonly listing?: { states(maxAgeMs: number): Promise<ListedStreams> };
+  readonly listing?: { states(maxAgeMs: number): Promise<ListedStreams | undefined>; join(): () => void };
   readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
   readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume" | "pushedBack">;
   readonly window: Pick<LinkWindow, "holding" | "observe" | "throttled">;
@@ -72,6 +72,7 @@ export function phaseOf(name: string): number {
 
 export class BacklogPoll {
   private unsubscribe: (() => void) | undefined;
+  private leaveListing: (() => void) | undefined;
   /** A poll on the grid is under way (reading): the next tick skips. */
   private polling = false;
   /** What the last reading found, to tell whether the link has been idle since (see `quiet`). */
@@ -87,10 +88,12 @@ export class BacklogPoll {
     // On the relay's shared grid: every link polls in the same timer callback, nothing allocated to
     // schedule it, and their requests leave together. A poll still reading skips the tick.
     this.unsubscribe = this.deps.ticks.every(this.deps.intervalMs, () => this.tick());
+    this.leaveListing ??= this.deps.listing?.join();
   }
 
   stop(): void {
     this.unsubscribe?.();
+    this.leaveListing?.();
   }
 
   /**
@@ -157,7 +160,7 @@ export class BacklogPoll {
   }
 
   private tick(): void {
-    if (this.deps.signal.aborted) return this.unsubscribe?.(); // the link failed or stops: no more polls
+    if (this.deps.signal.aborted) return this.stop(); // the link failed or stops: no more polls
     if (this.polling) return;
     this.polling = true;
     this.pollOnce();

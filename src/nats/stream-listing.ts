@@ -5,8 +5,14 @@
  * thousand idle links on one source then cost a listing of a few pages a second, not four hundred
  * requests.
  *
+ * A listing pages through every stream of the account, the link's or not: it is worth it only while
+ * the links sharing it are not far fewer than the streams. A listing that finds more than
+ * STREAMS_PER_LINK streams for each link that joined it answers nothing (the links read on their own)
+ * for LARGE_RECHECK_MS, then is tried again.
+ *
  * One listing per source connection and JetStream domain (`streamListingOf`), kept with the connection
- * (a connection closed and dropped takes it along). Lifecycle: none; a listing that fails is not kept.
+ * (a connection closed and dropped takes it along). Lifecycle: `join()` per link, its returned leave;
+ * a listing that fails is not kept.
  */
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
@@ -23,20 +29,41 @@ export interface ListedStream {
 
 export type ListedStreams = ReadonlyMap<string, ListedStream>;
 
+/** Streams a listing may hold per link that uses it (more, and the links read on their own). */
+export const STREAMS_PER_LINK = 2;
+/** How long a listing found too large for its links is not taken (ms). */
+export const LARGE_RECHECK_MS = 60_000;
+
 export class StreamListing {
-  private last: { readonly at: number; readonly states: Promise<ListedStreams> } | undefined;
+  private last: { readonly at: number; readonly states: Promise<ListedStreams | undefined> } | undefined;
+  /** Links using the listing (see `join`). */
+  private users = 0;
+  /** Until when (this clock) the listing is too large for its links: nothing is listed. */
+  private largeUntil: number | undefined;
 
   constructor(
     private readonly jsm: () => Promise<Pick<JetStreamManager, "streams">>,
     private readonly now: () => number = () => performance.now(),
   ) {}
 
+  /** A link uses the listing until the returned function is called. */
+  join(): () => void {
+    this.users++;
+    let left = false;
+    return () => {
+      if (!left) this.users--;
+      left = true;
+    };
+  }
+
   /**
    * Every stream's state, from a listing started at most `maxAgeMs` ago (one under way counts), else from
-   * a new one. Rejects when the listing fails (the caller reads on its own then).
+   * a new one; undefined while the listing is too large for the links that use it. Rejects when the
+   * listing fails (the caller reads on its own then).
    */
-  states(maxAgeMs: number): Promise<ListedStreams> {
+  states(maxAgeMs: number): Promise<ListedStreams | undefined> {
     const now = this.now();
+    if (this.largeUntil !== undefined && now < this.largeUntil) return NOTHING;
     if (this.last !== undefined && now - this.last.at <= maxAgeMs) return this.last.states;
     const states = this.list();
     const entry = { at: now, states };
@@ -47,13 +74,20 @@ export class StreamListing {
     return states;
   }
 
-  private async list(): Promise<ListedStreams> {
+  private async list(): Promise<ListedStreams | undefined> {
     const jsm = await this.jsm();
     const out = new Map<string, ListedStream>();
+    const most = Math.max(1, this.users) * STREAMS_PER_LINK;
     for await (const si of jsm.streams.list()) {
       const s = si.state;
       out.set(si.config.name, { firstSeq: s.first_seq, lastSeq: s.last_seq, messages: s.messages, consumers: s.consumer_count });
+      if (out.size > most) {
+        // Pages of other streams for a few links: each reads on its own for a while.
+        this.largeUntil = this.now() + LARGE_RECHECK_MS;
+        return undefined;
+      }
     }
+    this.largeUntil = undefined;
     return out;
   }
 }
@@ -68,6 +102,8 @@ export function unchanged(listed: ListedStream | undefined, seen: ListedStream):
     listed.consumers === seen.consumers
   );
 }
+
+const NOTHING: Promise<undefined> = Promise.resolve(undefined);
 
 const listings = new WeakMap<NatsConnection, Map<string, StreamListing>>();
 

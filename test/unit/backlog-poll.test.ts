@@ -45,7 +45,7 @@ const reading: BacklogReading = {
   at: new Date().toISOString(),
 };
 
-function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogReading = reading, intervalMs = 1, listing?: { states(maxAgeMs: number): Promise<ListedStreams> }) {
+function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogReading = reading, intervalMs = 1, listing?: Pick<StreamListing, "states" | "join">) {
   if (!config) throw new Error("no link in the config");
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const logger = pino({ level: "silent" });
@@ -220,6 +220,7 @@ test("the links polling together share one listing: a listing is taken again onl
       }),
     () => now,
   );
+  for (let i = 0; i < 200; i++) listing.join();
   await Promise.all(Array.from({ length: 200 }, () => listing.states(500)));
   assert.equal(listings, 1, "two hundred links at one tick: one listing");
   now = 400;
@@ -228,4 +229,35 @@ test("the links polling together share one listing: a listing is taken again onl
   now = 1_000;
   await listing.states(500);
   assert.equal(listings, 2, "at the next tick: a new listing");
+});
+
+test("a listing with more than two streams for each link that uses it answers nothing for a minute: its few links read on their own", async () => {
+  let now = 0;
+  let listings = 0;
+  const streams = 10;
+  const listing = new StreamListing(
+    () =>
+      Promise.resolve({
+        streams: {
+          list: () => {
+            listings++;
+            return (async function* () {
+              for (let i = 0; i < streams; i++) yield { config: { name: `S${i}` }, state: { first_seq: 1, last_seq: 1, messages: 1, consumer_count: 1 } };
+            })();
+          },
+        } as never,
+      }),
+    () => now,
+  );
+  const leave = Array.from({ length: 4 }, () => listing.join());
+  assert.equal(await listing.states(500), undefined, "10 streams for 4 links: too large");
+  now = 30_000;
+  assert.equal(await listing.states(500), undefined, "30 s later: not listed again");
+  assert.equal(listings, 1);
+  listing.join();
+  now = 61_000;
+  assert.equal((await listing.states(500))?.size, 10, "5 links, a minute later: listed and used");
+  for (const l of leave) l();
+  now = 62_000;
+  assert.equal(await listing.states(500), undefined, "1 link left: too large again");
 });
