@@ -43,10 +43,7 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   const logger = createLogger({ level: config.log.level, secrets });
   const relay = new Relay(config, region, { logger });
   // Before the links start: at rest (and starting) the old generation stays within twice what is live.
-  const heap = new HeapGrowth(async () => {
-    const values = (await relay.registry.getSingleMetric("relay_messages_total")?.get())?.values ?? [];
-    return values.reduce((n, v) => (v.labels["outcome"] === "relayed" ? n + v.value : n), 0);
-  });
+  const heap = new HeapGrowth();
   heap.start();
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);

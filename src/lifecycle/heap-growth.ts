@@ -7,7 +7,8 @@
  * 250-300 MB (its RSS to 400-500 MB) before the next full collection, most of it objects that lived a
  * few seconds (pull requests, lease renewals, requests in flight). At rest the relay fixes the factor at
  * 1 + REST_GROWING_PERCENT / 100 (2): RSS about 330 MB at 1,000 idle links, a full collection of ~100 MB
- * about once a minute. A busy relay (more than BUSY_MSGS_PER_SEC relayed in the last second)
+ * about once a minute. A busy relay (more than BUSY_MSGS_PER_SEC messages finished in the last second:
+ * relayed, duplicates, dropped; counted by `countFinished`, not read from the metrics, which costs more)
  * gives the choice back to V8: with the factor fixed, a backlog's stream of short-lived messages made
  * ten times the full collections and cost a quarter more CPU per message (docs/benchmarks.md). Unlike
  * `--max-old-space-size` it is no ceiling either way.
@@ -22,24 +23,38 @@ export const REST_GROWING_PERCENT = 100;
 export const BUSY_MSGS_PER_SEC = 1_000;
 export const CHECK_EVERY_MS = 1_000;
 
+let finished = 0;
+
+/** A message left a link's pipeline (source-ack.ts): the load HeapGrowth reads. */
+export function countFinished(): void {
+  finished++;
+}
+
+/** Messages the process's links have finished so far. */
+export function finishedMessages(): number {
+  return finished;
+}
+
 export class HeapGrowth {
   private mode: "rest" | "busy" | undefined;
-  /** Relayed by the last check (a process starts at 0). */
-  private lastCount = 0;
+  /** Finished by the last check. */
+  private lastCount: number;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    /** Messages the relay has relayed so far (all links). */
-    private readonly relayed: () => Promise<number>,
+    /** Messages the relay has finished so far (all links). */
+    private readonly finishedSoFar: () => number = finishedMessages,
     private readonly execArgv: readonly string[] = process.execArgv,
     private readonly setFlags: (flags: string) => void = setFlagsFromString,
-  ) {}
+  ) {
+    this.lastCount = finishedSoFar();
+  }
 
   /** The factor for a relay at rest (a starting relay is one), then checked every CHECK_EVERY_MS; false when node was given one. */
   start(): boolean {
     if (this.execArgv.some((a) => /^--heap[-_]growing[-_]percent\b/.test(a))) return false;
     this.apply("rest");
-    this.timer ??= setInterval(() => void this.check().catch(() => undefined), CHECK_EVERY_MS);
+    this.timer ??= setInterval(() => this.check(), CHECK_EVERY_MS);
     this.timer.unref();
     return true;
   }
@@ -50,8 +65,8 @@ export class HeapGrowth {
   }
 
   /** The load over the last period decides the factor for the next full collections. */
-  async check(): Promise<void> {
-    const count = await this.relayed();
+  check(): void {
+    const count = this.finishedSoFar();
     const rate = ((count - this.lastCount) * 1000) / CHECK_EVERY_MS;
     this.lastCount = count;
     this.apply(rate > BUSY_MSGS_PER_SEC ? "busy" : "rest");

@@ -14,6 +14,7 @@ import type { Scheduler } from "./common.js";
 import type { Tally } from "./tally.js";
 import type { SentVersions, UncommittedVersions } from "./versions.js";
 import type { EntryWindow } from "./window.js";
+import { countFinished } from "../../lifecycle/heap-growth.js";
 
 export interface SourceAckNeeds {
   readonly link: LinkConfig;
@@ -55,6 +56,7 @@ export class SourceAckStage {
     this.needs.ledger.done(entry.seq, entry.destSeq);
     this.needs.versions.settled(entry);
     this.needs.tally.count(outcome);
+    countFinished();
     if (outcome === "relayed") {
       this.needs.tally.counters.replayAge.observe(Math.max(0, (Date.now() - entry.sourceMs) / 1000));
     }
