@@ -80,7 +80,12 @@ export class StreamListing {
     const most = Math.max(1, this.users) * STREAMS_PER_LINK;
     for await (const si of jsm.streams.list()) {
       const s = si.state;
-      out.set(si.config.name, { firstSeq: s.first_seq, lastSeq: s.last_seq, messages: s.messages, consumers: s.consumer_count });
+      out.set(si.config.name, {
+        firstSeq: s.first_seq,
+        lastSeq: s.last_seq,
+        messages: s.messages,
+        consumers: s.consumer_count,
+      });
       if (out.size > most) {
         // Pages of other streams for a few links: each reads on its own for a while.
         this.largeUntil = this.now() + LARGE_RECHECK_MS;

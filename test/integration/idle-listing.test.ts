@@ -19,7 +19,10 @@ test("an idle owner whose readings the stream listing spares: a consumer deleted
   await publishIds(r.nca, r.src, "first", 5);
   await waitForCount(r.ncb, r.dst, 5, 20_000);
   // At rest: the last reading found nothing owed. (A reading under way when the count is read is let finish.)
-  await check(() => relay.status().links[0]?.backlog?.messages === 0, { name: "a reading found nothing owed", timeoutMs: 10_000 });
+  await check(() => relay.status().links[0]?.backlog?.messages === 0, {
+    name: "a reading found nothing owed",
+    timeoutMs: 10_000,
+  });
   const settledFrom = Date.now();
   // Idle for two quiet stretches: the readings skipped while the listing shows the stream unchanged
   // (the skipping itself: test/unit/backlog-poll.test.ts).

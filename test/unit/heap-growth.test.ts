@@ -1,11 +1,20 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { BUSY_MSGS_PER_SEC, CHECK_EVERY_MS, HeapGrowth, REST_GROWING_PERCENT } from "../../src/lifecycle/heap-growth.js";
+import {
+  BUSY_MSGS_PER_SEC,
+  CHECK_EVERY_MS,
+  HeapGrowth,
+  REST_GROWING_PERCENT,
+} from "../../src/lifecycle/heap-growth.js";
 
 test("at rest the old generation may grow to twice what is live; a busy relay gives the choice back to V8, and takes it again at rest", () => {
   let relayed = 0;
   const set: string[] = [];
-  const heap = new HeapGrowth(() => relayed, [], (flags) => void set.push(flags));
+  const heap = new HeapGrowth(
+    () => relayed,
+    [],
+    (flags) => void set.push(flags),
+  );
   try {
     assert.equal(heap.start(), true);
     assert.deepEqual(set, [`--heap-growing-percent=${REST_GROWING_PERCENT}`], "a starting relay is at rest");
@@ -27,7 +36,11 @@ test("at rest the old generation may grow to twice what is live; a busy relay gi
 test("a --heap-growing-percent given to node stays, whatever the load", () => {
   for (const argv of [["--heap-growing-percent=20"], ["--heap_growing_percent", "20"]]) {
     const set: string[] = [];
-    const heap = new HeapGrowth(() => 0, argv, (flags) => void set.push(flags));
+    const heap = new HeapGrowth(
+      () => 0,
+      argv,
+      (flags) => void set.push(flags),
+    );
     assert.equal(heap.start(), false);
     assert.deepEqual(set, []);
   }
