@@ -173,7 +173,8 @@ export class BacklogPoll {
     this.unchangedAtRest().then(
       (same) => {
         const last = this.last;
-        if (!same || last === undefined || this.deps.signal.aborted) return this.read();
+        if (this.deps.signal.aborted) return void (this.polling = false); // stopped meanwhile: no reading
+        if (!same || last === undefined) return this.read();
         this.readingTaken();
         // `/status` shows the reading as confirmed now (what a reading would have found).
         this.deps.reading({ ...last.reading, at: new Date().toISOString() });
