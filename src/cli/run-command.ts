@@ -1,6 +1,7 @@
 import { secretsOf } from "../config/redact.js";
 import { ConfigReloader, readConfigFile } from "../config/reloader.js";
 import type { RelayConfig } from "../config/types.js";
+import { HeapGrowth } from "../lifecycle/heap-growth.js";
 import { installShutdown } from "../lifecycle/shutdown.js";
 import { HttpServer } from "../observability/http-server.js";
 import { createLogger, LogSecrets } from "../observability/logger.js";
@@ -41,6 +42,9 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
   const secrets = new LogSecrets(secretsOf(config));
   const logger = createLogger({ level: config.log.level, secrets });
   const relay = new Relay(config, region, { logger });
+  // Before the links start: at rest (and starting) the old generation stays within twice what is live.
+  const heap = new HeapGrowth(() => relay.metrics.load.finished);
+  heap.start();
   const override = typeof values.http === "string" ? values.http : process.env["RELAY_HTTP"] || undefined;
   const { host, port } = override === undefined ? config.http : parseHttpFlag(override);
   // What a config reload changes outside the relay: the token and protectMetrics (read per request),
@@ -83,6 +87,7 @@ export async function runCommand(argv: readonly string[]): Promise<number> {
       graceMs: current.shutdownGraceMs,
       logger,
       drain: async (deadline) => {
+        heap.stop();
         reloader.stop(); // a SIGHUP while draining is ignored (its handler stays: the default would end the process)
         await relay.stop(deadline);
         await http.stop();

@@ -26,8 +26,8 @@ export class GroupCoordinator {
   /** Units owned here though placed elsewhere whose link was told again to hand over (told once per ownership). */
   private readonly retold = new Set<string>();
   private stopped = false;
-  /** What the last placement was computed from (see `apply`). */
-  private lastInputs: string | undefined;
+  /** What the last placement was computed from (see `apply`): the members as seen, and each unit's owner. */
+  private lastInputs: { readonly members: string; readonly owners: ReadonlyMap<string, string | undefined> } | undefined;
 
   constructor(
     private readonly membership: GroupMembership,
@@ -75,15 +75,24 @@ export class GroupCoordinator {
     return owners;
   }
 
+  /** The members as seen, the same units, each with the owner it had at the last placement. */
+  private sameInputs(members: string): boolean {
+    const last = this.lastInputs;
+    if (last === undefined || last.members !== members || last.owners.size !== this.units.size) return false;
+    for (const [key, unit] of this.units) if (!last.owners.has(key) || last.owners.get(key) !== unit.owner()) return false;
+    return true;
+  }
+
   private apply(members: readonly MemberView[], why: string): void {
     if (this.stopped) return;
     const visible = members.some((m) => m.id === this.self.id);
-    const owners = this.owners();
     // The members and owners are re-read every renewal: the same inputs place every unit the same way,
-    // so a steady group skips the hashing and sorting (a thousand links would do it every second).
-    const inputs = `${visible}|${members.map((m) => `${m.id}=${m.name}`).join(",")}|${[...this.units.keys()].map((u) => `${u}=${owners.get(u) ?? ""}`).join(",")}`;
-    if (inputs === this.lastInputs) return;
-    this.lastInputs = inputs;
+    // so a steady group skips the hashing and sorting, and builds nothing to tell (a thousand links
+    // would do it every second).
+    const seen = `${visible}|${members.map((m) => `${m.id}=${m.name}`).join(",")}`;
+    if (this.sameInputs(seen)) return;
+    const owners = this.owners();
+    this.lastInputs = { members: seen, owners: new Map([...this.units.keys()].map((u) => [u, owners.get(u)])) };
     const placed = visible ? placeUnits([...this.units.keys()], members, owners) : new Map<string, string>();
     for (const [key, unit] of this.units) {
       const target = placed.get(key);

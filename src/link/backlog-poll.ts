@@ -9,6 +9,8 @@ import type { LinkConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import { isApiCode } from "../nats/durable-consumer.js";
+import type { ListedStream, ListedStreams } from "../nats/stream-listing.js";
+import { unchanged } from "../nats/stream-listing.js";
 import type { LinkState, RelayMetrics } from "../observability/metrics.js";
 import type { BacklogProbe, BacklogReading } from "./backlog.js";
 import type { ConsumeLoop } from "./consume-loop.js";
@@ -34,6 +36,11 @@ export interface BacklogPollDeps {
   /** The relay's shared tick grid: every link's poll runs from its one timer per period. */
   readonly ticks: TickGrid;
   readonly probe: Pick<BacklogProbe, "read">;
+  /**
+   * The source's streams as one listing shows them, shared by the links on the source (stream-listing.ts):
+   * an owner at rest whose stream is unchanged since its last reading skips its own (absent: it reads).
+   */
+  readonly listing?: { states(maxAgeMs: number): Promise<ListedStreams | undefined>; join(): () => void };
   readonly destinationCheck: Pick<DestinationCheck, "known" | "recheck">;
   readonly pipeline: Pick<Pipeline, "destinationHeld" | "keepAlive" | "bytes" | "size" | "resume" | "pushedBack">;
   readonly window: Pick<LinkWindow, "holding" | "observe" | "throttled">;
@@ -65,10 +72,11 @@ export function phaseOf(name: string): number {
 
 export class BacklogPoll {
   private unsubscribe: (() => void) | undefined;
+  private leaveListing: (() => void) | undefined;
   /** A poll on the grid is under way (reading): the next tick skips. */
   private polling = false;
   /** What the last reading found, to tell whether the link has been idle since (see `quiet`). */
-  private last: { readonly delivered: number; readonly standby: boolean; readonly idle: boolean } | undefined;
+  private last: { readonly delivered: number; readonly standby: boolean; readonly idle: boolean; readonly stream: ListedStream | undefined; readonly reading: BacklogReading } | undefined;
   /** Polls that may still skip reading while the link stays as its last reading found it. */
   private quietLeft = 0;
   /** The first quiet stretch (of the link's own phase) is over. */
@@ -80,10 +88,12 @@ export class BacklogPoll {
     // On the relay's shared grid: every link polls in the same timer callback, nothing allocated to
     // schedule it, and their requests leave together. A poll still reading skips the tick.
     this.unsubscribe = this.deps.ticks.every(this.deps.intervalMs, () => this.tick());
+    this.leaveListing ??= this.deps.listing?.join();
   }
 
   stop(): void {
     this.unsubscribe?.();
+    this.leaveListing?.();
   }
 
   /**
@@ -115,9 +125,32 @@ export class BacklogPoll {
     const last = this.last;
     if (last === undefined || this.quietLeft <= 0) return false;
     if (last.standby !== d.ownership.standby) return false;
-    const quiet = d.ownership.standby || (last.idle && d.loop.delivered === last.delivered && d.pipeline.size === 0 && !d.resyncs.running && d.destinationCheck.known && d.health.nothingButStalled() && !d.health.has("stalled"));
+    const quiet = d.ownership.standby || this.atRest();
     if (quiet) this.quietLeft--;
     return quiet;
+  }
+
+  /** The owner's last reading found nothing owed and nothing held, and nothing has happened since (see `quiet`). */
+  private atRest(): boolean {
+    const d = this.deps;
+    const last = this.last;
+    if (last === undefined || last.standby || d.ownership.standby || !last.idle) return false;
+    return d.loop.delivered === last.delivered && d.pipeline.size === 0 && !d.resyncs.running && d.destinationCheck.known && d.health.nothingButStalled() && !d.health.has("stalled");
+  }
+
+  /**
+   * The owner at rest, its turn to read: the source's stream listing (one for every link on the source,
+   * taken this poll) shows its stream as its last reading found it — nothing stored, removed (a gap would
+   * move the first sequence) or consumed anew, its consumer still there — so this reading would find
+   * what the last one did, and it is not taken. Anything else (the stream changed or is not listed, the
+   * listing failed, the link delivered meanwhile) and the link reads as before.
+   */
+  private async unchangedAtRest(): Promise<boolean> {
+    const { listing, config, intervalMs } = this.deps;
+    const last = this.last;
+    if (listing === undefined || last?.stream === undefined || !this.atRest()) return false;
+    const states = await listing.states(intervalMs / 2).catch(() => undefined);
+    return states !== undefined && this.last === last && this.atRest() && unchanged(states.get(config.from.stream), last.stream);
   }
 
   /** A reading came back: how many polls may skip reading now (see `quiet`). */
@@ -127,7 +160,7 @@ export class BacklogPoll {
   }
 
   private tick(): void {
-    if (this.deps.signal.aborted) return this.unsubscribe?.(); // the link failed or stops: no more polls
+    if (this.deps.signal.aborted) return this.stop(); // the link failed or stops: no more polls
     if (this.polling) return;
     this.polling = true;
     this.pollOnce();
@@ -135,21 +168,42 @@ export class BacklogPoll {
 
   /** One poll: reads the source unless the link is quiet; `polling` until it has finished. */
   private pollOnce(): void {
+    if (this.quiet()) return this.quietDone();
+    if (this.deps.listing === undefined || !this.atRest()) return this.read();
+    this.unchangedAtRest().then(
+      (same) => {
+        const last = this.last;
+        if (this.deps.signal.aborted) return void (this.polling = false); // stopped meanwhile: no reading
+        if (!same || last === undefined) return this.read();
+        this.readingTaken();
+        // `/status` shows the reading as confirmed now (what a reading would have found).
+        this.deps.reading({ ...last.reading, at: new Date().toISOString() });
+        this.quietDone();
+      },
+      () => this.read(),
+    );
+  }
+
+  /** A poll without a reading: what every poll does besides. */
+  private quietDone(): void {
+    const d = this.deps;
+    d.guardWatch.poll();
+    d.pipeline.resume();
+    d.health.refresh();
+    this.polling = false;
+  }
+
+  /** A poll's reading of the source (a consumer-info and a stream-info request), and what follows from it. */
+  private read(): void {
     const d = this.deps;
     const name = d.config.name;
-    if (this.quiet()) {
-      d.guardWatch.poll();
-      d.pipeline.resume();
-      d.health.refresh();
-      this.polling = false;
-      return;
-    }
     const delivered = d.loop.delivered;
     const standby = d.ownership.standby;
     d.probe
       .read()
       .then(async (reading) => {
-        this.last = { delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0 };
+        const stream = reading.streamConsumers === undefined ? undefined : { firstSeq: reading.streamFirstSeq, lastSeq: reading.streamLastSeq, messages: reading.streamMessages, consumers: reading.streamConsumers };
+        this.last = { delivered, standby, idle: reading.messages === 0 && d.pipeline.size === 0, stream, reading };
         this.readingTaken();
         // A reading that comes back after stop() writes nothing: a removed link's series stay gone.
         if (d.signal.aborted) return;

@@ -26,6 +26,8 @@ export interface BacklogReading {
   readonly streamFirstSeq: number;
   readonly streamMessages: number;
   readonly streamLastSeq: number;
+  /** The source stream's consumers (undefined: not read). */
+  readonly streamConsumers?: number;
   readonly at: string;
 }
 
@@ -95,6 +97,7 @@ export class BacklogProbe {
       streamFirstSeq: streamInfo.state.first_seq,
       streamMessages: streamInfo.state.messages,
       streamLastSeq: streamInfo.state.last_seq,
+      streamConsumers: streamInfo.state.consumer_count,
       at: new Date().toISOString(),
     };
   }

@@ -273,7 +273,7 @@ export class ConsumeLoop {
           // each try wait out its timeout (5 s) and a backoff (2.5-7.5 s), so the flow resumed up to
           // 12.5 s after a new leader was elected. A pull reaches whichever node leads. A consumer that
           // vanished is still found: pulls waiting on it end with 409 (consumer_deleted), and the
-          // backlog probe reads its info every poll (backlog-poll.ts).
+          // backlog poll reads its info (at rest: once its stream's consumer count changed; backlog-poll.ts).
           bind: true,
           callback: (m: JsMsg) => this.onMessage(m),
         });

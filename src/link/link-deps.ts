@@ -7,6 +7,7 @@ import type { LinkLease } from "../group/lease.js";
 import type { PositionStore } from "../group/link-position.js";
 import type { TickGrid } from "../lifecycle/tick-grid.js";
 import type { RoundTrips } from "../nats/round-trips.js";
+import type { StreamListings } from "../nats/stream-listing.js";
 import type { WriteGates } from "../nats/write-gate.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 
@@ -41,4 +42,6 @@ export interface LinkDeps {
   readonly awaitControl?: boolean;
   /** The link's checkpoint and an operator's explicit start in the group bucket (absent: no checkpoint). */
   readonly positions?: PositionStore;
+  /** The relay's listings of its source streams: a link at rest reads its stream there (absent: it reads its own). */
+  readonly streamListings?: StreamListings;
 }

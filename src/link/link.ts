@@ -340,6 +340,7 @@ export class Link {
       ticks: deps.ticks,
       lease: deps.lease,
       probe: this.probe,
+      ...(deps.streamListings ? { listing: deps.streamListings.of(deps.source, deps.sourceRegion.domain) } : {}),
       destinationCheck: this.destinationCheck,
       pipeline: this.pipeline,
       window: this.window,

@@ -44,6 +44,8 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
   const registers = [registry];
   return {
     registry,
+    /** Messages every link of the relay has finished (any outcome), for in-process readers (lifecycle/heap-growth.ts): not exported. */
+    load: { finished: 0 },
     messages: new Counter({
       name: "relay_messages_total",
       help: "Messages that left the link's pipeline, by outcome (relayed|duplicate|stale|loop|dead_lettered)",

@@ -2,8 +2,7 @@ import type { NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "pino";
 import { Registry } from "prom-client";
 import { configHash } from "../config/compile.js";
-import { planReload, unitKeys, unitsOf } from "../config/diff.js";
-import type { ReloadPlan } from "../config/diff.js";
+import { planReload, unitKeys, unitsOf, type ReloadPlan } from "../config/diff.js";
 import type { LinkConfig, RelayConfig } from "../config/types.js";
 import { ErrorCodes, RelayError, toRelayError } from "../errors.js";
 import { sleep } from "../lifecycle/backoff.js";
@@ -18,19 +17,17 @@ import { LinkControls } from "../group/link-control.js";
 import { LinkPositions } from "../group/link-position.js";
 import { leaseKey } from "../config/lease-key.js";
 import { Link } from "../link/link.js";
-import { createMetrics } from "../observability/metrics.js";
-import type { RelayMetrics } from "../observability/metrics.js";
+import { createMetrics, type RelayMetrics } from "../observability/metrics.js";
 import { WriteGates } from "../nats/write-gate.js";
+import { StreamListings } from "../nats/stream-listing.js";
 import { RoundTrips } from "../nats/round-trips.js";
 import { RTT_WAIT_MS } from "../link/link-window.js";
 import { RegionConnections, close } from "./connections.js";
 import { PlacementSlots } from "./placement.js";
-import { forgetLinkSeries } from "./reload.js";
+import { forgetLinkSeries, type ReloadReport } from "./reload.js";
 import { TickGrid } from "../lifecycle/tick-grid.js";
 import { LeaseKeyWatches } from "../group/lease-wakeup.js";
-import { readinessOf, relayStatus } from "./status.js";
-import type { RelayStatus, WaitingLink } from "./status.js";
-import type { ReloadReport } from "./reload.js";
+import { readinessOf, relayStatus, type RelayStatus, type WaitingLink } from "./status.js";
 
 export type { ConfigStatus, ReloadReport } from "./reload.js";
 export type { GroupStatus, RelayStatus } from "./status.js";
@@ -68,6 +65,8 @@ export class Relay {
   private readonly writeGates: WriteGates;
   /** One round-trip measurement per connection for all the links on it. */
   private readonly roundTrips = new RoundTrips(RTT_WAIT_MS);
+  /** One listing of each source connection's streams, shared by its links at rest (stream-listing.ts). */
+  private readonly streamListings = new StreamListings();
   private links: Link[] = [];
   /** Links not running yet (a region is still connecting) or that could not start. */
   private readonly waiting = new Map<string, WaitingLink>();
@@ -285,6 +284,7 @@ export class Relay {
         ...(this.deps.clock ? { clock: this.deps.clock } : {}),
         writeGates: this.writeGates,
         roundTrips: this.roundTrips,
+        streamListings: this.streamListings,
         progressIntervalMs: this.config.log.progressIntervalMs,
         awaitControl: true,
         positions: new LinkPositions({ nc: ownership, domain: destDomain, bucket: this.config.group.bucket, timeoutMs: 5_000 }).of(leaseKey(config)),

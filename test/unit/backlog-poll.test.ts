@@ -6,6 +6,8 @@ import type { RelayError } from "../../src/errors.js";
 import type { BacklogReading } from "../../src/link/backlog.js";
 import { BacklogPoll, IDLE_POLL_EVERY, phaseOf } from "../../src/link/backlog-poll.js";
 import { SourceInspector } from "../../src/link/source-inspector.js";
+import { StreamListing } from "../../src/nats/stream-listing.js";
+import type { ListedStreams } from "../../src/nats/stream-listing.js";
 import { TickGrid } from "../../src/lifecycle/tick-grid.js";
 import { createMetrics } from "../../src/observability/metrics.js";
 import { check } from "../helpers/check.js";
@@ -43,7 +45,7 @@ const reading: BacklogReading = {
   at: new Date().toISOString(),
 };
 
-function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogReading = reading, intervalMs = 1) {
+function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogReading = reading, intervalMs = 1, listing?: Pick<StreamListing, "states" | "join">) {
   if (!config) throw new Error("no link in the config");
   const metrics = createMetrics(undefined, { defaultMetrics: false });
   const logger = pino({ level: "silent" });
@@ -52,6 +54,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
   const abort = new AbortController();
   let reads = 0;
   let polls = 0;
+  const shown: BacklogReading[] = [];
   const observed: { pushedBack?: number }[] = [];
   const loop = { delivered: 30, pulled: true, stopPulling: () => {} };
   const p = new BacklogPoll({
@@ -67,6 +70,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
         return Promise.resolve(read);
       },
     },
+    ...(listing ? { listing } : {}),
     destinationCheck: { known: true, recheck: () => Promise.resolve() },
     pipeline: { destinationHeld: false, keepAlive: () => 0, bytes: 0, size: 0, resume: () => {}, pushedBack: 7 },
     window: { holding: () => {}, observe: (o: { pushedBack?: number }) => void observed.push(o), throttled: false },
@@ -82,7 +86,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
     catchUpLog: { observe: () => {} },
     guardWatch: { poll: () => void polls++ },
     state: () => (role.standby ? "standby" : "live"),
-    reading: () => {},
+    reading: (r) => void shown.push(r),
   });
   p.start();
   return {
@@ -90,6 +94,7 @@ function poll(role: { standby: boolean; leaseValid: boolean }, read: BacklogRead
     metrics,
     observed,
     reads: () => reads,
+    shown,
     polls: () => polls,
     deliver: () => void loop.delivered++,
     stop: () => {
@@ -156,4 +161,103 @@ test("the owner's poll hands the window the destination's 429 count (it shrinks 
   } finally {
     owner.stop();
   }
+});
+
+/** A reading of an idle owner: nothing owed, the stream at seq 1-100 with its one consumer. */
+const atRest: BacklogReading = { ...reading, pending: 0, ackPending: 0, messages: 0, ackFloor: 100, deliveredSeq: 100, streamFirstSeq: 1, streamMessages: 100, streamConsumers: 1 };
+
+test("an owner at rest whose stream the listing shows unchanged takes no reading of its own; a change, an unlisted stream or a failed listing and it reads", async () => {
+  let listed: ListedStreams | Error = new Map([["S", { firstSeq: 1, lastSeq: 100, messages: 100, consumers: 1 }]]);
+  let listings = 0;
+  const listing = new StreamListing(() =>
+    Promise.resolve({
+      streams: {
+        list: () => {
+          listings++;
+          const now = listed;
+          return (async function* () {
+            if (now instanceof Error) throw now;
+            for (const [name, s] of now) yield { config: { name }, state: { first_seq: s.firstSeq, last_seq: s.lastSeq, messages: s.messages, consumer_count: s.consumers } };
+          })();
+        },
+      } as never,
+    }),
+  );
+  const p = poll({ standby: false, leaseValid: true }, atRest, 10, listing);
+  try {
+    await check(() => p.polls() >= 30 && listings >= 4, { name: "thirty polls, four listings", timeoutMs: 10_000 });
+    assert.equal(p.reads(), 1, "only the first reading: the listing showed the stream as it found it since");
+    assert.ok(p.shown.length >= 4 && p.shown.every((r) => r.messages === 0), "/status shows the confirmed reading");
+    const changes: [string, ListedStreams | Error][] = [
+      ["a message stored", new Map([["S", { firstSeq: 1, lastSeq: 101, messages: 101, consumers: 1 }]])],
+      ["messages removed (a gap)", new Map([["S", { firstSeq: 51, lastSeq: 100, messages: 50, consumers: 1 }]])],
+      ["a consumer deleted", new Map([["S", { firstSeq: 1, lastSeq: 100, messages: 100, consumers: 0 }]])],
+      ["the stream not listed", new Map()],
+      ["the listing failed", new Error("listing timed out")],
+    ];
+    for (const [what, now] of changes) {
+      listed = now;
+      const before = p.reads();
+      await check(() => p.reads() > before, { name: `${what}: the link reads its source`, timeoutMs: 5_000 });
+    }
+  } finally {
+    p.stop();
+  }
+});
+
+test("the links polling together share one listing: a listing is taken again only when the one they have is older than asked", async () => {
+  let now = 0;
+  let listings = 0;
+  const listing = new StreamListing(
+    () =>
+      Promise.resolve({
+        streams: {
+          list: () => {
+            listings++;
+            return (async function* () {})();
+          },
+        } as never,
+      }),
+    () => now,
+  );
+  for (let i = 0; i < 200; i++) listing.join();
+  await Promise.all(Array.from({ length: 200 }, () => listing.states(500)));
+  assert.equal(listings, 1, "two hundred links at one tick: one listing");
+  now = 400;
+  await listing.states(500);
+  assert.equal(listings, 1, "400 ms later: still fresh");
+  now = 1_000;
+  await listing.states(500);
+  assert.equal(listings, 2, "at the next tick: a new listing");
+});
+
+test("a listing with more than two streams for each link that uses it answers nothing for a minute: its few links read on their own", async () => {
+  let now = 0;
+  let listings = 0;
+  const streams = 10;
+  const listing = new StreamListing(
+    () =>
+      Promise.resolve({
+        streams: {
+          list: () => {
+            listings++;
+            return (async function* () {
+              for (let i = 0; i < streams; i++) yield { config: { name: `S${i}` }, state: { first_seq: 1, last_seq: 1, messages: 1, consumer_count: 1 } };
+            })();
+          },
+        } as never,
+      }),
+    () => now,
+  );
+  const leave = Array.from({ length: 4 }, () => listing.join());
+  assert.equal(await listing.states(500), undefined, "10 streams for 4 links: too large");
+  now = 30_000;
+  assert.equal(await listing.states(500), undefined, "30 s later: not listed again");
+  assert.equal(listings, 1);
+  listing.join();
+  now = 61_000;
+  assert.equal((await listing.states(500))?.size, 10, "5 links, a minute later: listed and used");
+  for (const l of leave) l();
+  now = 62_000;
+  assert.equal(await listing.states(500), undefined, "1 link left: too large again");
 });

@@ -63,3 +63,24 @@ test("leases taken while placement moved them elsewhere are handed over once the
   membership.set([A, B], false);
   assert.deepEqual(told, [[onB[0], false]], "a new ownership here is told again");
 });
+
+test("the same members and owners place nothing again; a changed owner, or a unit in place of another, is placed", () => {
+  const membership = new Members();
+  const owner = new Map<string, string>();
+  const told: [string, boolean][] = [];
+  const coordinator = new GroupCoordinator(membership as unknown as GroupMembership, A, pino({ level: "silent" }));
+  const unit = (name: string) => ({ unit: name, owner: () => owner.get(name), setPreferred: (preferred: boolean) => void told.push([name, preferred]) });
+  for (const name of ["u1", "u2"]) coordinator.add(unit(name));
+  told.length = 0; // not placed while the group is not seen
+  membership.set([A], true);
+  assert.deepEqual(told.sort(), [["u1", true], ["u2", true]]);
+  told.length = 0;
+  membership.set([A], false);
+  assert.deepEqual(told, [], "owners re-read, nothing changed: nothing told");
+  owner.set("u1", B.id); // another member took u1 (placed here): the placement is computed again, it stays here
+  membership.set([A], false);
+  assert.deepEqual(told, [], "still preferred here: nothing to tell");
+  coordinator.remove("u2");
+  coordinator.add(unit("u3"));
+  assert.deepEqual(told, [["u3", true]], "the unit in u2's place is placed");
+});

@@ -57,6 +57,7 @@ export class Tally {
   count(outcome: MessageOutcome): void {
     this.counters.messages[outcome].inc();
     this.outcomeCounts[outcome]++;
+    this.metrics.load.finished++;
   }
 
   recordError(err: RelayError): void {
