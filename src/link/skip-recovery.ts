@@ -8,6 +8,7 @@
  * a KV link, superseded). While a jump found in the deliveries is read back, the deliveries after it
  * wait here, so the pipeline still takes everything in source order.
  */
+import { JetStreamApiCodes } from "@nats-io/jetstream";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { LinkConfig } from "../config/types.js";
@@ -16,6 +17,7 @@ import type { RelayError } from "../errors.js";
 import { Backoff, sleep } from "../lifecycle/backoff.js";
 import { storedDelivery } from "../nats/delivery.js";
 import type { Delivery } from "../nats/delivery.js";
+import { isApiCode } from "../nats/durable-consumer.js";
 import { nextStored } from "../nats/purge-skips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 
@@ -103,6 +105,11 @@ export class SkipRecovery {
       try {
         sm = await nextStored(jsm, config.from.stream, this.filter, seq);
       } catch (err) {
+        // The stream itself is gone (deleted, to be created again): so is what the jump went over.
+        if (isApiCode(err, JetStreamApiCodes.StreamNotFound)) {
+          this.deps.gone(seq, toSeq);
+          break;
+        }
         logger.warn({ err: toRelayError(err).message, fromSeq: seq, toSeq }, "reading back messages the source consumer jumped over failed: retrying");
         await sleep(backoff.next(), signal).catch(() => undefined);
         continue;
