@@ -205,55 +205,50 @@ test("an owner at rest whose stream the listing shows unchanged takes no reading
   }
 });
 
-test("the links polling together share one listing: a listing is taken again only when the one they have is older than asked", async () => {
-  let now = 0;
-  let listings = 0;
-  const listing = new StreamListing(
+/** A listing of `streams` streams (S0, S1, ...) at the clock `now`, counting the listings taken. */
+function fakeListing(streams: number, now: () => number) {
+  const fake = { listings: 0, listing: undefined as unknown as StreamListing };
+  fake.listing = new StreamListing(
     () =>
       Promise.resolve({
         streams: {
           list: () => {
-            listings++;
-            return (async function* () {})();
-          },
-        } as never,
-      }),
-    () => now,
-  );
-  for (let i = 0; i < 200; i++) listing.join();
-  await Promise.all(Array.from({ length: 200 }, () => listing.states(500)));
-  assert.equal(listings, 1, "two hundred links at one tick: one listing");
-  now = 400;
-  await listing.states(500);
-  assert.equal(listings, 1, "400 ms later: still fresh");
-  now = 1_000;
-  await listing.states(500);
-  assert.equal(listings, 2, "at the next tick: a new listing");
-});
-
-test("a listing with more than two streams for each link that uses it answers nothing for a minute: its few links read on their own", async () => {
-  let now = 0;
-  let listings = 0;
-  const streams = 10;
-  const listing = new StreamListing(
-    () =>
-      Promise.resolve({
-        streams: {
-          list: () => {
-            listings++;
+            fake.listings++;
             return (async function* () {
               for (let i = 0; i < streams; i++) yield { config: { name: `S${i}` }, state: { first_seq: 1, last_seq: 1, messages: 1, consumer_count: 1 } };
             })();
           },
         } as never,
       }),
-    () => now,
+    now,
   );
+  return fake;
+}
+
+test("the links polling together share one listing: a listing is taken again only when the one they have is older than asked", async () => {
+  let now = 0;
+  const fake = fakeListing(0, () => now);
+  const listing = fake.listing;
+  for (let i = 0; i < 200; i++) listing.join();
+  await Promise.all(Array.from({ length: 200 }, () => listing.states(500)));
+  assert.equal(fake.listings, 1, "two hundred links at one tick: one listing");
+  now = 400;
+  await listing.states(500);
+  assert.equal(fake.listings, 1, "400 ms later: still fresh");
+  now = 1_000;
+  await listing.states(500);
+  assert.equal(fake.listings, 2, "at the next tick: a new listing");
+});
+
+test("a listing with more than two streams for each link that uses it answers nothing for a minute: its few links read on their own", async () => {
+  let now = 0;
+  const fake = fakeListing(10, () => now);
+  const listing = fake.listing;
   const leave = Array.from({ length: 4 }, () => listing.join());
   assert.equal(await listing.states(500), undefined, "10 streams for 4 links: too large");
   now = 30_000;
   assert.equal(await listing.states(500), undefined, "30 s later: not listed again");
-  assert.equal(listings, 1);
+  assert.equal(fake.listings, 1);
   listing.join();
   now = 61_000;
   assert.equal((await listing.states(500))?.size, 10, "5 links, a minute later: listed and used");

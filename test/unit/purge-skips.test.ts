@@ -18,7 +18,7 @@ describe("skipsOnSubjectPurge", () => {
   });
 });
 
-function inspector(version: string, kv = false) {
+function inspector(version: string | (() => string | undefined), kv = false) {
   const [from, to] = kv ? ["{ region: a, bucket: cfg }", "{ region: b, bucket: cfg }"] : ["{ region: a, stream: SRC }", "{ region: b, stream: DST }"];
   const cfg = parseConfigText(
     ["regions:", "  a: { servers: [nats://127.0.0.1:1] }", "  b: { servers: [nats://127.0.0.1:2] }", "links:", "  - name: a-to-b", `    from: ${from}`, `    to: ${to}`, ""].join("\n"),
@@ -31,7 +31,7 @@ function inspector(version: string, kv = false) {
     logger: createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, cb) => cb() }), secrets: [] }),
     fail: () => undefined,
     requestResync: () => undefined,
-    sourceVersion: () => version,
+    sourceVersion: typeof version === "string" ? () => version : version,
   });
   return { i, gaps };
 }
@@ -52,19 +52,7 @@ describe("SourceInspector on a server that skips on a subject purge", () => {
 
   it("before the server's version is known, a jump is read back; once known, the last version known stands while the connection forgets it", () => {
     let version: string | undefined;
-    const gaps: number[] = [];
-    const cfg = parseConfigText(
-      ["regions:", "  a: { servers: [nats://127.0.0.1:1] }", "  b: { servers: [nats://127.0.0.1:2] }", "links:", "  - name: a-to-b", "    from: { region: a, stream: SRC }", "    to: { region: b, stream: DST }", ""].join("\n"),
-      "test.yaml",
-    );
-    const i = new SourceInspector({
-      config: cfg.links[0]!,
-      metrics: { gapMessages: { inc: (_l: unknown, n: number) => gaps.push(n) }, sourceClockOffset: { set: () => undefined }, kvSuperseded: { inc: () => undefined } } as never,
-      logger: createLogger({ level: "silent", destination: new Writable({ write: (_c, _e, cb) => cb() }), secrets: [] }),
-      fail: () => undefined,
-      requestResync: () => undefined,
-      sourceVersion: () => version,
-    });
+    const { i, gaps } = inspector(() => version);
     i.placed({ created: true, startSeq: 1, deliveredStreamSeq: 0, ackFloor: 0 });
     i.delivered(1, true);
     assert.equal(typeof i.delivered(5, true), "object", "unknown: read back");
