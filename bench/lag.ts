@@ -226,6 +226,26 @@ export function analyse(samples: readonly LagSample[], probe?: ProbeTimes): LagR
   };
 }
 
+/**
+ * BENCH_LAG_TIMELINE=1: each measured second's lag (by send time), mean and max, and with the probe the
+ * mean and max of "source stored -> delivered": where in the run the tail sits.
+ */
+export function printTimeline(samples: readonly LagSample[], probe?: ProbeTimes): void {
+  const start = Math.min(...samples.map((s) => s.sent));
+  const seconds = new Map<number, { lag: number[]; wait: number[] }>();
+  for (const s of samples) {
+    const k = Math.floor((s.sent - start) / 1000);
+    let w = seconds.get(k);
+    if (!w) seconds.set(k, (w = { lag: [], wait: [] }));
+    w.lag.push(s.stored - s.sent);
+    const delivered = s.sourceSeq === undefined ? undefined : probe?.[String(s.sourceSeq)]?.[0];
+    if (typeof delivered === "number" && s.sourceStored !== undefined) w.wait.push(delivered - s.sourceStored);
+  }
+  const fmt = (v: number[]) => (v.length ? `${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(1).padStart(7)} / ${Math.max(...v).toFixed(1).padStart(7)}` : "      - /       -");
+  console.log(`${"".padEnd(6)}second   lag mean / max (ms)   source stored -> delivered mean / max`);
+  for (const [k, w] of [...seconds].sort((x, y) => x[0] - y[0])) console.log(`${"".padEnd(6)}${String(k).padStart(6)}   ${fmt(w.lag)}   ${fmt(w.wait)}`);
+}
+
 /** The breakdown's lines, indented under a lag row. */
 export function printSteps(steps: readonly StepStats[]): void {
   const ms = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : "-").padStart(8);

@@ -11,6 +11,7 @@
 import { spawn } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { once } from "node:events";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -22,7 +23,7 @@ import { startDelayProxy } from "../test/helpers/delay-proxy.js";
 import type { DelayProxy } from "../test/helpers/delay-proxy.js";
 import type { LocalBackend, LocalCluster } from "../test/helpers/local-backend.js";
 import { REPO_ROOT, RelayProcess } from "../test/helpers/relays.js";
-import { analyse, measureLag, printSteps, readProbe, schedMeter } from "./lag.js";
+import { analyse, measureLag, printSteps, printTimeline, readProbe, schedMeter } from "./lag.js";
 import type { LagResult } from "./lag.js";
 import { addStream, BENCH_PAYLOAD, expectEmpty, fill, peakRssMb, relayCpuMeter, timeUntilFull, writeBenchConfig } from "./common.js";
 
@@ -139,8 +140,8 @@ async function relayRow(servers: LocalBackend, name: string, count: number, oneW
 }
 
 /** The relay in region b reads region a through the WAN (as a relay deployed in b would). */
-function relayConfig(r: Regions, linkExtra = "", toExtra = ""): Promise<string> {
-  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: warn }`, toExtra);
+function relayConfig(r: Regions, linkExtra = "", toExtra = "", logLevel = "warn"): Promise<string> {
+  return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: ${logLevel} }`, toExtra);
 }
 
 function startRelay(_r: Regions, config: string, probeOut?: string): RelayProcess {
@@ -150,6 +151,14 @@ function startRelay(_r: Regions, config: string, probeOut?: string): RelayProces
 }
 
 let probeRuns = 0;
+
+/** The lag row's relay output, kept as <dir>/<row name>.log (BENCH_LAG_LOG). */
+function keepRelayLog(dir: string, row: string, output: string): void {
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${row.replace(/[^A-Za-z0-9._-]+/g, "-")}.log`);
+  writeFileSync(file, output);
+  console.log(`${"".padEnd(6)}relay log: ${file}`);
+}
 
 /**
  * The floor (bench/floor-forwarder.mjs): a bare client process that reads the source with an ordered
@@ -204,7 +213,8 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       // BENCH_LAG_PROBE=0: without bench/lag-probe.mjs (what the probe itself costs the relay).
       // BENCH_LAG_LINK: link settings for the lag rows' relay (YAML lines, e.g. "    inFlight: 4096").
       const linkExtra = (process.env.BENCH_LAG_LINK ?? "").replace(/\\n/g, "\n");
-      proc = startRelay(r, await relayConfig(r, linkExtra), process.env.BENCH_LAG_PROBE === "0" ? undefined : probeOut);
+      // BENCH_LAG_LOG=<dir>: the relay logs at info (the window's decisions) into <dir>, one file per row.
+      proc = startRelay(r, await relayConfig(r, linkExtra, "", process.env.BENCH_LAG_LOG ? "info" : "warn"), process.env.BENCH_LAG_PROBE === "0" ? undefined : probeOut);
       // Live before the clock starts: the link has placed its consumer and relayed a first message.
       const warm = headers();
       warm.set("Nats-Msg-Id", "warm-up");
@@ -221,9 +231,12 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
     if (proc) {
       proc.signal("SIGTERM"); // the probe writes its file at exit
       await proc.exited;
+      if (process.env.BENCH_LAG_LOG) keepRelayLog(process.env.BENCH_LAG_LOG, name, proc.output());
       proc = undefined;
     }
-    const lag = { ...analyse(samples, readProbe(probeOut)), ...(thread ? { relayThread: thread } : {}) };
+    const probe = readProbe(probeOut);
+    if (process.env.BENCH_LAG_TIMELINE === "1") printTimeline(samples, probe);
+    const lag = { ...analyse(samples, probe), ...(thread ? { relayThread: thread } : {}) };
     return { name, lagP50Ms: lag.p50, lagP99Ms: lag.p99, lag };
   } finally {
     if (proc) {
@@ -291,7 +304,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     for (const rate of o.lagLoopbackRates) {
       add(
         await rotation([
-          () => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds),
+          ...(process.env.BENCH_LAG_NATIVE === "0" ? [] : [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds)]),
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: relay`, "relay", 0, rate, o.lagSeconds),
           ...(o.lagFloor ? [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: floor`, "floor", 0, rate, o.lagSeconds)] : []),
         ]),
@@ -321,7 +334,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     if (o.only.has("lag")) {
       add(
         await rotation([
-          () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds),
+          ...(process.env.BENCH_LAG_NATIVE === "0" ? [] : [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds)]),
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", oneWayMs, o.lagRate, o.lagSeconds),
           ...(o.lagFloor ? [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: floor`, "floor", oneWayMs, o.lagRate, o.lagSeconds)] : []),
         ]),

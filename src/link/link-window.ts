@@ -9,7 +9,7 @@ import type { RoundTripMeter } from "../nats/round-trips.js";
 import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
 import { WAN_RTT_MS, WINDOW_LIMITS, WindowController } from "./window-controller.js";
-import type { WindowLimit } from "./window-controller.js";
+import type { WindowDecision, WindowLimit } from "./window-controller.js";
 
 /** How often the round trip to the source is measured (one PING per connection), and how long a measurement may take. */
 const RTT_EVERY_MS = 5_000;
@@ -128,6 +128,8 @@ export class LinkWindow {
   private elu = performance.eventLoopUtilization();
   /** The fewest messages held at a delivery since the last observation (the controller's `minHeld`). */
   private minHeld = Infinity;
+  /** The most held at a delivery since the last observation (the controller's `maxHeld`). */
+  private maxHeld = 0;
   /** The destination's 429 answers counted at the last poll (see `observe`). */
   private pushedBackSeen = 0;
   /**
@@ -186,6 +188,7 @@ export class LinkWindow {
     this.delivered++;
     this.deliveredBytes += bytes;
     if (held < this.minHeld) this.minHeld = held;
+    if (held > this.maxHeld) this.maxHeld = held;
     const round = this.round;
     if (held < round.minHeld) round.minHeld = held;
     if (++round.delivered < this.controller.window) return;
@@ -312,18 +315,22 @@ export class LinkWindow {
       delivered: this.delivered,
       deliveredBytes: this.deliveredBytes,
       held: now.held,
-      minHeld: Math.min(this.minHeld, now.held),
+      minHeld: (this.minHeldTrace = Math.min(this.minHeld, now.held)),
+      maxHeld: Math.max(this.maxHeld, now.held),
       heldBytes: now.heldBytes,
       awaitingDestination: now.awaitingDestination,
       sourcePending: now.sourcePending,
     });
     this.minHeld = Infinity;
+    this.maxHeld = 0;
     this.ratePerSec = decision.ratePerSec;
     this.neededForRtt = decision.neededForRtt;
     this.cap = decision.cap;
     // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
     this.exportLimit(decision.limit);
     this.exportRtt();
+    if (process.env.RELAY_WINDOW_TRACE) this.deps.logger.info({ trace: { ...now, busy, minHeld: this.minHeldTrace, decision } }, "window trace");
+    if (decision.probe !== undefined) this.probed(decision);
     if (!decision.changed || this.held) return;
     this.set(
       decision.window,
@@ -333,8 +340,22 @@ export class LinkWindow {
         rttMs: this.rttMs,
         neededForRtt: decision.neededForRtt,
         cap: decision.cap,
+        ...(decision.probe !== undefined ? { probe: decision.probe } : {}),
       },
       "pull window resized",
+    );
+  }
+
+  /** A probe of a larger window (window-controller.ts): counted, and logged when it ends. */
+  private probed(decision: WindowDecision): void {
+    const outcome = decision.probe!;
+    this.deps.metrics.pullWindowProbes.inc({ link: this.deps.config.name, outcome });
+    if (outcome === "started") return; // "pull window resized" says so
+    this.deps.logger.info(
+      { limit: decision.limit, maxAckPending: decision.window, ratePerSec: Math.round(decision.ratePerSec) },
+      outcome === "kept"
+        ? "pull window probe kept: the larger window moved more (the window, not the relay or the destination, held the link)"
+        : "pull window probe undone: the larger window moved no more",
     );
   }
 
@@ -351,6 +372,7 @@ export class LinkWindow {
     this.exported.limit = limit;
   }
 
+  private minHeldTrace = 0;
   status(): WindowStatus {
     return {
       messages: this.applied,

@@ -31,6 +31,18 @@
  *  - "relay": the relay holds at least half the window (throughout) but little of it awaits the destination (messages
  *    wait inside the relay: guard, CPU), or its event loop was busy BUSY (90 %) of the time since the last
  *    observation. No growth: a larger window would only queue more inside.
+ *  - A probe, in either of the two above (the relay holds most of the window, a backlog waits, the event
+ *    loop is not BUSY): the window is tried ×1.5 for one observation and kept only if more was completed
+ *    or the backlog halved (`probeLarger`). A message holds its place in the window for its whole cycle,
+ *    and under load (a relay waiting for a CPU, an R3 destination's quorum) that cycle fills a window the
+ *    round trip alone would not: a destination or relay that merely *looks* busy is then the window, and
+ *    the messages waiting for it at the source are the link's lag.
+ *  - "rtt" too when the window filled at some delivery since the last observation (`maxHeld`) while the
+ *    relay did not hold most of it throughout and its loop was not BUSY: a message holds its place for
+ *    its whole cycle (round trip, the relay's work, the PubAck, the cumulative ack), which under load
+ *    runs far longer at its peaks than the PING's round trip; whatever reached the source while the
+ *    window was full waited there, and that wait is the link's lag. The window doubles (within a region
+ *    up to LAN_START), with or without a backlog at the moment of the observation.
  *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
  *    starts with it.
  *  - "rate cap": the link's maxRate (rate-cap.ts) held deliveries since the last observation: no growth
@@ -70,6 +82,11 @@ export interface WindowSample {
    * limits. A relay (or destination) that limits holds most of the window all the time.
    */
   readonly minHeld?: number;
+  /**
+   * The most it held at any delivery since the previous observation (default: held). At FILLED of the
+   * window the server had stopped delivering: whatever reached the source meanwhile waited for an ack.
+   */
+  readonly maxHeld?: number;
   readonly heldBytes: number;
   /** Of those, published and waiting for the destination's PubAck, or waiting to be published because the destination is slow/refusing. */
   readonly awaitingDestination: number;
@@ -103,6 +120,8 @@ export interface WindowDecision {
   readonly cap: number;
   /** The measured average message size (EWMA), else the prior given; undefined when neither. */
   readonly avgMessageBytes: number | undefined;
+  /** A probe of a larger window (probeLarger) started, was kept, or was undone at this observation. */
+  readonly probe?: "started" | "kept" | "undone";
 }
 
 export interface WindowControllerOptions {
@@ -155,12 +174,20 @@ export const REFERENCE_RATE_PER_SEC = 10_000;
 export const HEADROOM = 2;
 const GROWTH = 2;
 const SHRINK = 0.75;
+/** "The window filled": the relay held this × window at some delivery since the last observation. */
+const FILLED = 0.9;
 /** "Holds most of the window": held ≥ this × window. */
 const HELD_MOST = 0.5;
 /** "Most of that awaits the destination": awaitingDestination ≥ this × held. */
 const AWAITING_MOST = 0.5;
 /** Observations a destination bottleneck lasts before a shrink, and between shrinks. */
 const DESTINATION_PERSIST = 3;
+/** A probe tries the window this much larger (probeLarger). */
+const PROBE_GROWTH = 1.5;
+/** A probe is kept when it completed this much more (or the backlog halved). */
+const PROBE_GAIN = 0.1;
+/** Observations a failed probe's window stays the ceiling while the relay holds most of the window. */
+const PROBE_CEILING_OBSERVATIONS = 60;
 /** A completion rate below this × the rate before a shrink undoes the shrink. */
 const REVERT_RATIO = 0.85;
 /** Smaller relative moves are not taken. */
@@ -260,6 +287,12 @@ export class WindowController {
   private destinationFloor = 0;
   private maxRate: MaxRate | undefined;
   private lastRatePerSec = 0;
+  /** A larger window being tried (probeLarger): the window before it, and what moved then. */
+  private probe: { readonly from: number; readonly completionPerSec: number; readonly sourcePending: number } | undefined;
+  /** A probe that moved nothing: no probe above `window` for a while. */
+  private probeCeiling: { readonly window: number; observations: number } | undefined;
+  /** What a probe did at the current observation (decide() reports it). */
+  private probeOutcome: WindowDecision["probe"];
 
   constructor(opts: WindowControllerOptions) {
     this.capMessages = positiveInt(opts.capMessages, "capMessages");
@@ -297,6 +330,7 @@ export class WindowController {
   }
 
   observe(sample: WindowSample): WindowDecision {
+    this.probeOutcome = undefined;
     if (sample.rttMs !== undefined && Number.isFinite(sample.rttMs) && sample.rttMs >= 0) this.rttMs = sample.rttMs;
     const prev = this.last;
     const completed = sample.delivered - sample.held;
@@ -317,6 +351,10 @@ export class WindowController {
     const window = this.current;
     let next = window;
     let limit: WindowLimit;
+    if (sample.rateCapped === true || sample.pushedBack === true) {
+      this.probe = undefined;
+      this.probeCeiling = undefined;
+    }
     if (sample.rateCapped === true) {
       // The cap held deliveries back: the window brings all the cap allows, more would only wait here.
       limit = "rate cap";
@@ -325,16 +363,31 @@ export class WindowController {
       limit = "destination";
       next = this.pushedBackBy(window);
     } else if (Math.min(sample.held, sample.minHeld ?? sample.held) >= window * HELD_MOST) {
-      if (sample.awaitingDestination >= sample.held * AWAITING_MOST) {
-        limit = "destination";
-        next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
-      } else {
-        limit = "relay";
-        this.leaveDestination();
-      }
+      limit = sample.awaitingDestination >= sample.held * AWAITING_MOST ? "destination" : "relay";
+      const probed = this.probeLarger(sample, completionPerSec, cap);
+      if (probed !== undefined) {
+        next = probed;
+        if (limit === "destination") {
+          this.destinationStreak++;
+          this.sinceShrink++;
+        } else this.leaveDestination();
+      } else if (limit === "destination") next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
+      else this.leaveDestination();
     } else {
+      // The relay holds little now: a probe under way did what it could (the backlog went), and a
+      // probe that failed no longer says anything about this window.
+      this.probe = undefined;
+      this.probeCeiling = undefined;
       this.leaveDestination();
-      if (sample.sourcePending <= 0) limit = "idle";
+      const filled = (sample.maxHeld ?? sample.held) >= window * FILLED;
+      if ((sample.busy ?? 0) < BUSY && filled && window < cap && (this.rttMs === undefined || this.rttMs >= WAN_RTT_MS || window < LAN_START)) {
+        // The window filled at some delivery, though the relay did not hold most of it throughout: its
+        // messages' cycle (round trip, the relay's work, the PubAck, the ack) runs longer at its peaks
+        // than the round trip alone says, and messages waited at the source meanwhile, with or without
+        // a backlog left at this moment. Grown, within a region up to LAN_START.
+        limit = "rtt";
+        next = Math.min(window * GROWTH, this.rttMs !== undefined && this.rttMs < WAN_RTT_MS ? LAN_START : Infinity);
+      } else if (sample.sourcePending <= 0) limit = "idle";
       else if ((sample.busy ?? 0) >= BUSY) limit = "relay";
       else {
         // The window limits: the relay holds little, the rest of it is on the wire, and the rate over
@@ -369,6 +422,7 @@ export class WindowController {
    * window stays.
    */
   roundTrip(minHeld: number, sourcePending: number, rttMs?: number, roundMs?: number): WindowDecision | undefined {
+    this.probeOutcome = undefined;
     if (this.currentLimit !== "rtt" && this.currentLimit !== "idle") return undefined;
     if (minHeld >= this.current * HELD_MOST || sourcePending < this.current) return undefined;
     const lan = rttMs !== undefined && rttMs < WAN_RTT_MS;
@@ -381,6 +435,46 @@ export class WindowController {
     this.current = next;
     this.currentLimit = next >= cap ? capLimit : "rtt";
     return this.decide(before, this.currentLimit, this.lastRatePerSec, undefined);
+  }
+
+  /**
+   * The relay holds most of the window (the destination's PubAcks, or the relay's own work): is the
+   * window what limits after all? A window is held for a message's whole cycle (the source's round trip,
+   * the relay's work, the destination's PubAck, the cumulative ack), and a cycle that grows with the
+   * machine's load (a relay waiting for a CPU, an R3 destination's quorum) fills a window that the
+   * round trip alone would leave half empty: messages then wait at the source, and that wait is the
+   * link's lag. Nothing in a snapshot tells that apart from a destination or a relay that takes no more,
+   * so the window is tried PROBE_GROWTH larger while a backlog waits and the event loop is not BUSY,
+   * and judged at the next observation: kept when more was completed (PROBE_GAIN) or the backlog halved,
+   * else undone, and not tried again above that window while the relay keeps holding most of it, for
+   * PROBE_CEILING_OBSERVATIONS. Returns the window to apply (a probe started, kept or undone), or
+   * undefined when no probe decides this observation.
+   */
+  private probeLarger(sample: WindowSample, completionPerSec: number, cap: number): number | undefined {
+    const probe = this.probe;
+    if (probe !== undefined) {
+      this.probe = undefined;
+      if (completionPerSec > probe.completionPerSec * (1 + PROBE_GAIN) || sample.sourcePending <= probe.sourcePending / 2) {
+        this.probeOutcome = "kept";
+        return this.current;
+      }
+      this.probeOutcome = "undone";
+      this.probeCeiling = { window: probe.from, observations: 0 };
+      // The undo moves what the relay holds, and with it the next completion rate: no shrink is judged
+      // on that one.
+      this.sinceShrink = 0;
+      return probe.from;
+    }
+    const ceiling = this.probeCeiling;
+    if (ceiling !== undefined && ++ceiling.observations >= PROBE_CEILING_OBSERVATIONS) this.probeCeiling = undefined;
+    const window = this.current;
+    if (sample.sourcePending <= 0 || (sample.busy ?? 0) >= BUSY || window >= cap) return undefined;
+    if (this.probeCeiling !== undefined && window >= this.probeCeiling.window) return undefined;
+    if (this.shrunk !== undefined) return undefined; // a shrink is being judged
+    const next = Math.min(cap, Math.ceil(window * PROBE_GROWTH));
+    this.probe = { from: window, completionPerSec, sourcePending: sample.sourcePending };
+    this.probeOutcome = "started";
+    return next;
   }
 
   /** The destination holds most of the window: hold it, shrink it now and then, undo a shrink that cost throughput. */
@@ -466,6 +560,7 @@ export class WindowController {
       neededForRtt,
       cap: this.cap().cap,
       avgMessageBytes: this.avgBytes,
+      ...(this.probeOutcome !== undefined ? { probe: this.probeOutcome } : {}),
     };
   }
 }

@@ -109,6 +109,12 @@ export function createMetrics(registry: Registry = new Registry(), opts: { defau
       labelNames: ["link"] as const,
       registers,
     }),
+    pullWindowProbes: new Counter({
+      name: "relay_pull_window_probes_total",
+      help: "Larger windows tried while the relay held most of its window with a backlog waiting (outcome: started; kept, it moved more; undone, it did not)",
+      labelNames: ["link", "outcome"] as const,
+      registers,
+    }),
     windowLimit: new Gauge({
       name: "relay_window_limit",
       help: "1 for what holds the link's pull window where it is now (rtt, bytes cap, messages cap, destination, relay, idle, rate cap), 0 for the others",
