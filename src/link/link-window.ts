@@ -315,7 +315,7 @@ export class LinkWindow {
       delivered: this.delivered,
       deliveredBytes: this.deliveredBytes,
       held: now.held,
-      minHeld: (this.minHeldTrace = Math.min(this.minHeld, now.held)),
+      minHeld: Math.min(this.minHeld, now.held),
       maxHeld: Math.max(this.maxHeld, now.held),
       heldBytes: now.heldBytes,
       awaitingDestination: now.awaitingDestination,
@@ -329,7 +329,6 @@ export class LinkWindow {
     // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
     this.exportLimit(decision.limit);
     this.exportRtt();
-    if (process.env.RELAY_WINDOW_TRACE) this.deps.logger.info({ trace: { ...now, busy, minHeld: this.minHeldTrace, decision } }, "window trace");
     if (decision.probe !== undefined) this.probed(decision);
     if (!decision.changed || this.held) return;
     this.set(
@@ -372,7 +371,6 @@ export class LinkWindow {
     this.exported.limit = limit;
   }
 
-  private minHeldTrace = 0;
   status(): WindowStatus {
     return {
       messages: this.applied,

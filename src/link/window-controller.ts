@@ -20,29 +20,22 @@
  *    worst-case max size only stands in before anything was delivered, if given). The bytes cap moves in
  *    steps of ≥ 10 %, so a converging average does not nudge MaxAckPending every second.
  *  - "destination": the relay holds at least half the window (now, and at every delivery since the
- *    last observation: `minHeld`) and at least half of that awaits the
- *    destination. No growth; after DESTINATION_PERSIST observations in a row (with a backlog) the window
- *    shrinks by SHRINK (×0.75), at most once per DESTINATION_PERSIST observations and not below
- *    rate × RTT × 2 (the wire keeps the destination's rate, the relay as much in hand), so a slow or
- *    refusing destination does not keep a large window waiting past the ack wait. If the rate of messages completed
- *    (delivered − held) falls after a shrink, the window was what fed a destination that is merely far
- *    away (latency-bound, not saturated): the shrink is undone and the window is not shrunk below that
- *    again while the destination stays the limit (no downward spiral).
- *  - "relay": the relay holds at least half the window (throughout) but little of it awaits the destination (messages
- *    wait inside the relay: guard, CPU), or its event loop was busy BUSY (90 %) of the time since the last
- *    observation. No growth: a larger window would only queue more inside.
- *  - A probe, in either of the two above (the relay holds most of the window, a backlog waits, the event
- *    loop is not BUSY): the window is tried ×1.5 for one observation and kept only if more was completed
- *    or the backlog halved (`probeLarger`). A message holds its place in the window for its whole cycle,
- *    and under load (a relay waiting for a CPU, an R3 destination's quorum) that cycle fills a window the
- *    round trip alone would not: a destination or relay that merely *looks* busy is then the window, and
- *    the messages waiting for it at the source are the link's lag.
- *  - "rtt" too when the window filled at some delivery since the last observation (`maxHeld`) while the
- *    relay did not hold most of it throughout and its loop was not BUSY: a message holds its place for
- *    its whole cycle (round trip, the relay's work, the PubAck, the cumulative ack), which under load
- *    runs far longer at its peaks than the PING's round trip; whatever reached the source while the
- *    window was full waited there, and that wait is the link's lag. The window doubles (within a region
- *    up to LAN_START), with or without a backlog at the moment of the observation.
+ *    last observation: `minHeld`) and at least half of that awaits the destination. After
+ *    DESTINATION_PERSIST observations in a row (with a backlog) the window shrinks by SHRINK (×0.75), at
+ *    most once per DESTINATION_PERSIST observations and not below rate × RTT × 2, so a slow or refusing
+ *    destination does not keep a large window waiting past the ack wait. If the rate completed
+ *    (delivered − held) falls after a shrink, the destination was merely far (latency-bound): the shrink
+ *    is undone, and no shrink goes below that while the destination limits (no downward spiral).
+ *  - "relay": the relay holds at least half the window (throughout) but little of it awaits the
+ *    destination (guard, CPU), or its event loop was busy BUSY (90 %) of the time since the last
+ *    observation: a larger window would only queue more inside.
+ *  - In either of the two above, with a backlog and the loop not BUSY, a probe: the window is tried ×1.5
+ *    for one observation and kept only if it moved more (window-probe.ts).
+ *  - "rtt" too when the window filled at some delivery since the last observation (`maxHeld`), though
+ *    the relay did not hold most of it throughout and its loop was not BUSY: under load a message's
+ *    cycle (round trip, the relay's work, the PubAck, the ack) runs far longer at its peaks than the
+ *    PING says, and what reached the source meanwhile waited there: the link's lag. It doubles (within
+ *    a region up to LAN_START), backlog at the moment or not.
  *  - "idle": no backlog at the source (caught up). The window is kept (TCP keeps cwnd too): the next burst
  *    starts with it.
  *  - "rate cap": the link's maxRate (rate-cap.ts) held deliveries since the last observation: no growth
@@ -59,6 +52,8 @@
  * Pure: no timers, no I/O, no globals; all time comes from the samples.
  */
 import type { MaxRate } from "../config/types.js";
+import { WindowProbe } from "./window-probe.js";
+import type { ProbeOutcome } from "./window-probe.js";
 
 /** What holds a link's window where it is (see the module comment). */
 export const WINDOW_LIMITS = ["rtt", "bytes cap", "messages cap", "destination", "relay", "idle", "rate cap"] as const;
@@ -120,8 +115,8 @@ export interface WindowDecision {
   readonly cap: number;
   /** The measured average message size (EWMA), else the prior given; undefined when neither. */
   readonly avgMessageBytes: number | undefined;
-  /** A probe of a larger window (probeLarger) started, was kept, or was undone at this observation. */
-  readonly probe?: "started" | "kept" | "undone";
+  /** A probe of a larger window (window-probe.ts) started, was kept, or was undone at this observation. */
+  readonly probe?: ProbeOutcome;
 }
 
 export interface WindowControllerOptions {
@@ -156,22 +151,16 @@ export const LAN_START = 4_096;
  * A slow-start round (a window's worth of deliveries) that took longer than this many path round trips,
  * plus ROUND_PACED_SLACK_MS, was not held by the round trip: a window held back by the round trip comes
  * in about one. Something else set its pace (the relay's CPU, the servers), and a larger window only
- * holds more messages: on loopback a backlog's rounds of 1,000 took 25-40 ms over a 0.9 ms path, and
- * slow start took the window to 8,000 — more live objects for every young-generation GC to copy.
+ * holds more messages (on loopback, rounds of 1,000 took 25-40 ms over a 0.9 ms path).
  */
 const ROUND_PACED = 2;
 const ROUND_PACED_SLACK_MS = 5;
-/**
- * An event loop busy this share of the time is the relay's limit (a sample's `busy`). A loopback
- * backlog ran the relay's loop at 0.92-0.98 each second; a PING then waits behind the unread messages (10-80 ms),
- * and rate × that round trip grew the window to what the queue held.
- */
+/** An event loop busy this share of the time is the relay's limit (a loopback backlog ran it at 0.92-0.98). */
 export const BUSY = 0.9;
 
 /** startingWindow judges the round trip at this rate (msgs/s). */
 export const REFERENCE_RATE_PER_SEC = 10_000;
-/** The window grows until it covers rate × RTT this many times. */
-export const HEADROOM = 2;
+export const HEADROOM = 2; // the window grows until it covers rate × RTT this many times
 const GROWTH = 2;
 const SHRINK = 0.75;
 /** "The window filled": the relay held this × window at some delivery since the last observation. */
@@ -182,25 +171,17 @@ const HELD_MOST = 0.5;
 const AWAITING_MOST = 0.5;
 /** Observations a destination bottleneck lasts before a shrink, and between shrinks. */
 const DESTINATION_PERSIST = 3;
-/** A probe tries the window this much larger (probeLarger). */
-const PROBE_GROWTH = 1.5;
-/** A probe is kept when it completed this much more (or the backlog halved). */
-const PROBE_GAIN = 0.1;
-/** Observations a failed probe's window stays the ceiling while the relay holds most of the window. */
-const PROBE_CEILING_OBSERVATIONS = 60;
 /** A completion rate below this × the rate before a shrink undoes the shrink. */
 const REVERT_RATIO = 0.85;
-/** Smaller relative moves are not taken. */
-const CHANGE_RATIO = 0.25;
-/** EWMA weights of the average message size: larger sizes are believed fast, smaller ones slowly. */
-const SIZE_ALPHA_UP = 0.5;
-const SIZE_ALPHA_DOWN = 0.25;
+const CHANGE_RATIO = 0.25; // smaller relative moves are not taken
+const SIZE_ALPHA_UP = 0.5; // EWMA weights of the average message size: larger sizes are believed fast,
+const SIZE_ALPHA_DOWN = 0.25; // smaller ones slowly
 /** The bytes cap follows the average size in steps of at least this much. */
 const BYTES_CAP_STEP = 0.1;
 
 const positiveInt = (n: number, name: string): number => {
-  if (!Number.isFinite(n) || n < 1) throw new RangeError(`${name} must be a positive number, got ${n}`);
-  return Math.floor(n);
+  if (Number.isFinite(n) && n >= 1) return Math.floor(n);
+  throw new RangeError(`${name} must be a positive number, got ${n}`);
 };
 
 const validSize = (n: number | undefined): number | undefined => (n !== undefined && Number.isFinite(n) && n > 0 ? n : undefined);
@@ -287,12 +268,10 @@ export class WindowController {
   private destinationFloor = 0;
   private maxRate: MaxRate | undefined;
   private lastRatePerSec = 0;
-  /** A larger window being tried (probeLarger): the window before it, and what moved then. */
-  private probe: { readonly from: number; readonly completionPerSec: number; readonly sourcePending: number } | undefined;
-  /** A probe that moved nothing: no probe above `window` for a while. */
-  private probeCeiling: { readonly window: number; observations: number } | undefined;
-  /** What a probe did at the current observation (decide() reports it). */
-  private probeOutcome: WindowDecision["probe"];
+  /** A larger window tried while the relay holds most of it (window-probe.ts). */
+  private readonly probe = new WindowProbe();
+  /** What the probe did at the current observation (decide() reports it). */
+  private probeOutcome: ProbeOutcome | undefined;
 
   constructor(opts: WindowControllerOptions) {
     this.capMessages = positiveInt(opts.capMessages, "capMessages");
@@ -351,10 +330,7 @@ export class WindowController {
     const window = this.current;
     let next = window;
     let limit: WindowLimit;
-    if (sample.rateCapped === true || sample.pushedBack === true) {
-      this.probe = undefined;
-      this.probeCeiling = undefined;
-    }
+    if (sample.rateCapped === true || sample.pushedBack === true) this.probe.forget();
     if (sample.rateCapped === true) {
       // The cap held deliveries back: the window brings all the cap allows, more would only wait here.
       limit = "rate cap";
@@ -364,9 +340,11 @@ export class WindowController {
       next = this.pushedBackBy(window);
     } else if (Math.min(sample.held, sample.minHeld ?? sample.held) >= window * HELD_MOST) {
       limit = sample.awaitingDestination >= sample.held * AWAITING_MOST ? "destination" : "relay";
-      const probed = this.probeLarger(sample, completionPerSec, cap);
+      const probed = this.probe.step({ window, cap, completionPerSec, sourcePending: sample.sourcePending, busy: (sample.busy ?? 0) >= BUSY, shrinking: this.shrunk !== undefined });
       if (probed !== undefined) {
-        next = probed;
+        next = probed.window;
+        this.probeOutcome = probed.outcome;
+        if (probed.outcome === "undone") this.sinceShrink = 0; // the undo moves what is held, and the next completion rate: no shrink judged on it
         if (limit === "destination") {
           this.destinationStreak++;
           this.sinceShrink++;
@@ -374,17 +352,13 @@ export class WindowController {
       } else if (limit === "destination") next = this.destinationBound(sample.sourcePending > 0, completionPerSec, neededForRtt);
       else this.leaveDestination();
     } else {
-      // The relay holds little now: a probe under way did what it could (the backlog went), and a
-      // probe that failed no longer says anything about this window.
-      this.probe = undefined;
-      this.probeCeiling = undefined;
+      // The relay holds little now: a probe under way did what it could (the backlog went), and one
+      // undone no longer says anything about this window.
+      this.probe.forget();
       this.leaveDestination();
       const filled = (sample.maxHeld ?? sample.held) >= window * FILLED;
       if ((sample.busy ?? 0) < BUSY && filled && window < cap && (this.rttMs === undefined || this.rttMs >= WAN_RTT_MS || window < LAN_START)) {
-        // The window filled at some delivery, though the relay did not hold most of it throughout: its
-        // messages' cycle (round trip, the relay's work, the PubAck, the ack) runs longer at its peaks
-        // than the round trip alone says, and messages waited at the source meanwhile, with or without
-        // a backlog left at this moment. Grown, within a region up to LAN_START.
+        // The window filled at its peaks (see the module comment): messages waited at the source.
         limit = "rtt";
         next = Math.min(window * GROWTH, this.rttMs !== undefined && this.rttMs < WAN_RTT_MS ? LAN_START : Infinity);
       } else if (sample.sourcePending <= 0) limit = "idle";
@@ -435,46 +409,6 @@ export class WindowController {
     this.current = next;
     this.currentLimit = next >= cap ? capLimit : "rtt";
     return this.decide(before, this.currentLimit, this.lastRatePerSec, undefined);
-  }
-
-  /**
-   * The relay holds most of the window (the destination's PubAcks, or the relay's own work): is the
-   * window what limits after all? A window is held for a message's whole cycle (the source's round trip,
-   * the relay's work, the destination's PubAck, the cumulative ack), and a cycle that grows with the
-   * machine's load (a relay waiting for a CPU, an R3 destination's quorum) fills a window that the
-   * round trip alone would leave half empty: messages then wait at the source, and that wait is the
-   * link's lag. Nothing in a snapshot tells that apart from a destination or a relay that takes no more,
-   * so the window is tried PROBE_GROWTH larger while a backlog waits and the event loop is not BUSY,
-   * and judged at the next observation: kept when more was completed (PROBE_GAIN) or the backlog halved,
-   * else undone, and not tried again above that window while the relay keeps holding most of it, for
-   * PROBE_CEILING_OBSERVATIONS. Returns the window to apply (a probe started, kept or undone), or
-   * undefined when no probe decides this observation.
-   */
-  private probeLarger(sample: WindowSample, completionPerSec: number, cap: number): number | undefined {
-    const probe = this.probe;
-    if (probe !== undefined) {
-      this.probe = undefined;
-      if (completionPerSec > probe.completionPerSec * (1 + PROBE_GAIN) || sample.sourcePending <= probe.sourcePending / 2) {
-        this.probeOutcome = "kept";
-        return this.current;
-      }
-      this.probeOutcome = "undone";
-      this.probeCeiling = { window: probe.from, observations: 0 };
-      // The undo moves what the relay holds, and with it the next completion rate: no shrink is judged
-      // on that one.
-      this.sinceShrink = 0;
-      return probe.from;
-    }
-    const ceiling = this.probeCeiling;
-    if (ceiling !== undefined && ++ceiling.observations >= PROBE_CEILING_OBSERVATIONS) this.probeCeiling = undefined;
-    const window = this.current;
-    if (sample.sourcePending <= 0 || (sample.busy ?? 0) >= BUSY || window >= cap) return undefined;
-    if (this.probeCeiling !== undefined && window >= this.probeCeiling.window) return undefined;
-    if (this.shrunk !== undefined) return undefined; // a shrink is being judged
-    const next = Math.min(cap, Math.ceil(window * PROBE_GROWTH));
-    this.probe = { from: window, completionPerSec, sourcePending: sample.sourcePending };
-    this.probeOutcome = "started";
-    return next;
   }
 
   /** The destination holds most of the window: hold it, shrink it now and then, undo a shrink that cost throughput. */
