@@ -144,10 +144,12 @@ function relayConfig(r: Regions, linkExtra = "", toExtra = "", logLevel = "warn"
   return writeBenchConfig(r.aFromB.join('", "'), r.b.urls.join('", "'), linkExtra, `http: { listen: "127.0.0.1:0" }\nlog: { level: ${logLevel} }`, toExtra);
 }
 
+/** BENCH_RELAY_NODE_ARGS adds node flags to the relay (e.g. "--trace-gc", kept in BENCH_LAG_LOG's file). */
 function startRelay(_r: Regions, config: string, probeOut?: string): RelayProcess {
-  if (!probeOut) return new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true });
+  const nodeArgs = (process.env.BENCH_RELAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  if (!probeOut) return new RelayProcess(["run", "--config", config, "--region", "b"], {}, { compiled: true, nodeArgs });
   const probe = pathToFileURL(join(REPO_ROOT, "bench/lag-probe.mjs")).href;
-  return new RelayProcess(["run", "--config", config, "--region", "b"], { LAG_PROBE_OUT: probeOut }, { compiled: true, nodeArgs: ["--import", probe] });
+  return new RelayProcess(["run", "--config", config, "--region", "b"], { LAG_PROBE_OUT: probeOut }, { compiled: true, nodeArgs: [...nodeArgs, "--import", probe] });
 }
 
 let probeRuns = 0;
