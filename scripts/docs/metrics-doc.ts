@@ -71,6 +71,7 @@ export const METRIC_AREAS: readonly {
       "relay_source_clock_offset_seconds",
       "relay_pull_window_messages",
       "relay_pull_window_update_failures_total",
+      "relay_pull_window_probes_total",
       "relay_link_checkpoints_total",
       "relay_cursor_placements_total",
       "relay_window_limit",

@@ -295,7 +295,7 @@ export class Pipeline {
 
   /** `cumulative`: one ack for every finished message below the lowest one still held (also before the link fails). */
   flushAcks(): void {
-    this.sourceAck.flush();
+    this.sourceAck.flush(true);
   }
 
   /** Corrections so far, by kind (also in `relay_corrections_total`): shown in /status. */

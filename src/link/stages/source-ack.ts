@@ -29,10 +29,18 @@ export interface SourceAckNeeds {
   readonly scheduler: Scheduler;
   /** The window is empty now: whoever waits for the pipeline to drain is told. */
   readonly drained: () => void;
+  /** Monotonic ms (default performance.now). */
+  readonly clock?: () => number;
 }
+
+/** A cumulative ack waits for this many finished messages, or ACK_EVERY_MS after the last one. */
+export const ACK_BATCH = 128;
+export const ACK_EVERY_MS = 10;
 
 export class SourceAckStage {
   private readonly label: { link: string };
+  /** When the last cumulative ack was sent (performance.now()). */
+  private flushedAt = -Infinity;
   /** `sourceAcks: cumulative`: finished messages wait here for the one ack that covers them. */
   private readonly cumulative: CumulativeAcks | undefined;
   /** Finished while the lease was not valid: acked once it is (or dropped by abandon()). */
@@ -62,7 +70,7 @@ export class SourceAckStage {
     if (window.remove(entry)) this.needs.sent.release(entry);
     if (window.size === 0) {
       // Drained: a stop or a handover releases the lease next, so the cumulative ack goes now.
-      this.flush();
+      this.flush(true);
       this.needs.drained();
     }
   }
@@ -85,13 +93,25 @@ export class SourceAckStage {
     this.needs.scheduler.schedule();
   }
 
-  /** `cumulative`: one ack for every finished message below the lowest one still held (also before the link fails). */
-  flush(): void {
+  /**
+   * `cumulative`: one ack for every finished message below the lowest one still held — at once when
+   * `now` (drained, or the link fails), else once ACK_BATCH wait or ACK_EVERY_MS passed since the last:
+   * a steady trickle then costs the source a write (and, on an R3 stream, a replicated ack) every few
+   * milliseconds instead of at every turn of the pump.
+   */
+  flush(now = false): void {
     const acks = this.cumulative;
     if (!acks || acks.waiting === 0 || !this.needs.owns()) return;
+    const at = (this.needs.clock ?? performance.now.bind(performance))();
+    if (!now && acks.waiting < ACK_BATCH && at - this.flushedAt < ACK_EVERY_MS) {
+      this.needs.scheduler.scheduleAt(Date.now() + Math.ceil(this.flushedAt + ACK_EVERY_MS - at));
+      return;
+    }
     const lowest = this.needs.window.lowestHeld();
     const reply = acks.flush(lowest?.seq, lowest?.dseq);
-    if (reply !== undefined && this.needs.acks.ack(reply)) this.needs.metrics.sourceAcks.inc(this.label);
+    if (reply === undefined) return;
+    this.flushedAt = at;
+    if (this.needs.acks.ack(reply)) this.needs.metrics.sourceAcks.inc(this.label);
   }
 
   /**
