@@ -8,6 +8,14 @@ import type { StreamSide } from "../nats/stream-reader.js";
 import { readStream } from "../nats/stream-reader.js";
 import type { ReadOptions } from "../nats/stream-reader.js";
 
+/**
+ * Messages per pull of a paced read. The audit reads on the link's own connections: a chunk pulled at
+ * once (a second's worth, 3,000 by default) arrived as one burst ahead of the link's PubAcks and held
+ * the event loop while it was parsed, a lag spike every second of an audit's catching up. Pulled a few
+ * hundred at a time, the reads interleave with the link's traffic.
+ */
+export const PACED_BATCH = 256;
+
 /** Thrown out of a paced read when the audit stops or this relay no longer works the link. */
 export class AuditStopped extends Error {
   constructor() {
@@ -55,7 +63,7 @@ export async function readPaced(
   let start: Pick<ReadOptions, "startSeq" | "startMs"> = "seq" in from ? { startSeq: from.seq } : { startMs: from.ms };
   for (;;) {
     if (!going()) throw new AuditStopped();
-    const r = await readStream(side, { ...start, ...filter, endSeq: to, maxMessages: chunk }, onMessage);
+    const r = await readStream(side, { ...start, ...filter, endSeq: to, maxMessages: chunk, batch: PACED_BATCH }, onMessage);
     await pacer.spend(r.delivered);
     if (r.delivered < chunk || r.lastSeq >= to) return;
     start = { startSeq: r.lastSeq + 1 };

@@ -135,7 +135,8 @@ export async function readStream(
   try {
     messages = await consumer.consume({
       // With payloads a batch is small: a value may be as large as the server's max_payload.
-      max_messages: opts.batch ?? (opts.payloads ? 64 : 4_096),
+      // And never more than the read still wants: the rest would come only to be dropped.
+      max_messages: Math.min(opts.batch ?? (opts.payloads ? 64 : 4_096), maxMessages),
       callback: (m: JsMsg) => {
         if (once.done) return;
         // The ack subject read once, cheaply (the client's m.seq / m.info build an object per message).
