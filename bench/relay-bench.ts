@@ -185,6 +185,7 @@ async function main(): Promise<void> {
       lagRate: Number(process.env.BENCH_LAG_RATE ?? 5_000),
       lagSeconds: Number(process.env.BENCH_LAG_SECONDS ?? 10),
       lagFloor: process.env.BENCH_LAG_FLOOR !== "0",
+      lagNative: process.env.BENCH_LAG_NATIVE !== "0",
       lagLoopbackRates: (process.env.BENCH_LAG_LOOPBACK_RATES ?? "5000").split(",").map(Number).filter((x) => x > 0),
       runs: TOPOLOGY_RUNS,
       wanDefaultsOnly: process.env.BENCH_WAN_ROWS === "defaults",

@@ -264,6 +264,8 @@ export interface TopologyOptions {
    * core publishes, no acks) in the relay's place.
    */
   readonly lagFloor?: boolean;
+  /** The native rows of the lag groups (BENCH_LAG_NATIVE=0 leaves them out: a quick look at the relay alone). */
+  readonly lagNative?: boolean;
   /** Rates of the loopback lag rows (no WAN); empty: none. */
   readonly lagLoopbackRates: readonly number[];
   /** Runs of each row, in rotation within its group: the median is shown (a shared machine is noisy). */
@@ -306,7 +308,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     for (const rate of o.lagLoopbackRates) {
       add(
         await rotation([
-          ...(process.env.BENCH_LAG_NATIVE === "0" ? [] : [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds)]),
+          ...(o.lagNative === false ? [] : [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: native`, "native", 0, rate, o.lagSeconds)]),
           () => lagRow(servers, `lag at ${rate}/s, R3 loopback: relay`, "relay", 0, rate, o.lagSeconds),
           ...(o.lagFloor ? [() => lagRow(servers, `lag at ${rate}/s, R3 loopback: floor`, "floor", 0, rate, o.lagSeconds)] : []),
         ]),
@@ -336,7 +338,7 @@ export async function topologyRows(servers: LocalBackend, o: TopologyOptions): P
     if (o.only.has("lag")) {
       add(
         await rotation([
-          ...(process.env.BENCH_LAG_NATIVE === "0" ? [] : [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds)]),
+          ...(o.lagNative === false ? [] : [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: native`, "native", oneWayMs, o.lagRate, o.lagSeconds)]),
           () => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: relay`, "relay", oneWayMs, o.lagRate, o.lagSeconds),
           ...(o.lagFloor ? [() => lagRow(servers, `lag at ${o.lagRate}/s, R3 + ${rtt}: floor`, "floor", oneWayMs, o.lagRate, o.lagSeconds)] : []),
         ]),
