@@ -10,9 +10,9 @@ import type { ReadOptions } from "../nats/stream-reader.js";
 
 /**
  * Messages per pull of a paced read. The audit reads on the link's own connections: a chunk pulled at
- * once (a second's worth, 3,000 by default) arrived as one burst ahead of the link's PubAcks and held
- * the event loop while it was parsed, a lag spike every second of an audit's catching up. Pulled a few
- * hundred at a time, the reads interleave with the link's traffic.
+ * once (a second's worth, 3,000 by default) comes as one burst ahead of the link's PubAcks on the same
+ * connection and is parsed in one go. Pulled a few hundred at a time, the reads interleave with the
+ * link's traffic.
  */
 export const PACED_BATCH = 256;
 

@@ -10,6 +10,7 @@ import type { RelayMetrics } from "../observability/metrics.js";
 import type { RateCap } from "./rate-cap.js";
 import { WAN_RTT_MS, WINDOW_LIMITS, WindowController } from "./window-controller.js";
 import type { WindowDecision, WindowLimit } from "./window-controller.js";
+import type { ProbeOutcome } from "./window-probe.js";
 
 /** How often the round trip to the source is measured (one PING per connection), and how long a measurement may take. */
 const RTT_EVERY_MS = 5_000;
@@ -329,7 +330,7 @@ export class LinkWindow {
     // Exported when they change: a series set is a label hash and an object each (a thousand links poll).
     this.exportLimit(decision.limit);
     this.exportRtt();
-    if (decision.probe !== undefined) this.probed(decision);
+    if (decision.probe !== undefined) this.probed(decision, decision.probe);
     if (!decision.changed || this.held) return;
     this.set(
       decision.window,
@@ -345,9 +346,8 @@ export class LinkWindow {
     );
   }
 
-  /** A probe of a larger window (window-controller.ts): counted, and logged when it ends. */
-  private probed(decision: WindowDecision): void {
-    const outcome = decision.probe!;
+  /** A probe of a larger window (window-probe.ts): counted, and logged when it ends. */
+  private probed(decision: WindowDecision, outcome: ProbeOutcome): void {
     this.deps.metrics.pullWindowProbes.inc({ link: this.deps.config.name, outcome });
     if (outcome === "started") return; // "pull window resized" says so
     this.deps.logger.info(

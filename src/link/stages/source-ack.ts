@@ -39,8 +39,9 @@ export const ACK_EVERY_MS = 10;
 
 export class SourceAckStage {
   private readonly label: { link: string };
-  /** When the last cumulative ack was sent (performance.now()). */
+  /** When the last cumulative ack was sent (on `clock`). */
   private flushedAt = -Infinity;
+  private readonly clock: () => number;
   /** `sourceAcks: cumulative`: finished messages wait here for the one ack that covers them. */
   private readonly cumulative: CumulativeAcks | undefined;
   /** Finished while the lease was not valid: acked once it is (or dropped by abandon()). */
@@ -49,6 +50,7 @@ export class SourceAckStage {
   constructor(private readonly needs: SourceAckNeeds) {
     this.label = { link: needs.link.name };
     this.cumulative = needs.link.sourceAcks === "cumulative" ? new CumulativeAcks() : undefined;
+    this.clock = needs.clock ?? (() => performance.now());
   }
 
   /** The message is finished with `outcome`: acked, counted, and out of the window. */
@@ -102,7 +104,7 @@ export class SourceAckStage {
   flush(now = false): void {
     const acks = this.cumulative;
     if (!acks || acks.waiting === 0 || !this.needs.owns()) return;
-    const at = (this.needs.clock ?? performance.now.bind(performance))();
+    const at = this.clock();
     if (!now && acks.waiting < ACK_BATCH && at - this.flushedAt < ACK_EVERY_MS) {
       this.needs.scheduler.scheduleAt(Date.now() + Math.ceil(this.flushedAt + ACK_EVERY_MS - at));
       return;
