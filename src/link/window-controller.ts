@@ -165,8 +165,7 @@ const GROWTH = 2;
 const SHRINK = 0.75;
 /** "The window filled": the relay held this × window at some delivery since the last observation. */
 const FILLED = 0.9;
-/** "Holds most of the window": held ≥ this × window. */
-const HELD_MOST = 0.5;
+const HELD_MOST = 0.5; // "holds most of the window": held ≥ this × window
 /** "Most of that awaits the destination": awaitingDestination ≥ this × held. */
 const AWAITING_MOST = 0.5;
 /** Observations a destination bottleneck lasts before a shrink, and between shrinks. */
@@ -357,10 +356,11 @@ export class WindowController {
       this.probe.forget();
       this.leaveDestination();
       const filled = (sample.maxHeld ?? sample.held) >= window * FILLED;
-      if ((sample.busy ?? 0) < BUSY && filled && window < cap && (this.rttMs === undefined || this.rttMs >= WAN_RTT_MS || window < LAN_START)) {
+      const lan = this.rttMs !== undefined && this.rttMs < WAN_RTT_MS;
+      if ((sample.busy ?? 0) < BUSY && filled && window < cap && (!lan || window < LAN_START)) {
         // The window filled at its peaks (see the module comment): messages waited at the source.
         limit = "rtt";
-        next = Math.min(window * GROWTH, this.rttMs !== undefined && this.rttMs < WAN_RTT_MS ? LAN_START : Infinity);
+        next = Math.min(window * GROWTH, lan ? LAN_START : Infinity);
       } else if (sample.sourcePending <= 0) limit = "idle";
       else if ((sample.busy ?? 0) >= BUSY) limit = "relay";
       else {
