@@ -19,8 +19,12 @@ import { headers } from "@nats-io/nats-core";
 import type { NatsConnection } from "@nats-io/nats-core";
 import { BENCH_PAYLOAD, timeUntilFull } from "./common.js";
 
-/** Seconds of unmeasured traffic at the lag rate before the measured seconds. */
-export const LAG_WARM_UP_SECONDS = 3;
+/**
+ * Seconds of unmeasured traffic at the lag rate before the measured seconds (BENCH_LAG_WARM_UP_SECONDS).
+ * A relay process's first seconds of traffic run behind (BENCH_LAG_TIMELINE=1 shows them as the negative
+ * seconds): the lag rows measure the steady state after them.
+ */
+export const LAG_WARM_UP_SECONDS = Number(process.env.BENCH_LAG_WARM_UP_SECONDS ?? 5);
 
 /** One measured message, as read back from the destination. */
 export interface LagSample {
@@ -32,6 +36,8 @@ export interface LagSample {
   readonly sourceStored?: number;
   /** Relay-Source's sequence; relay rows only. */
   readonly sourceSeq?: number;
+  /** A warm-up message (stamped for the timeline only, BENCH_LAG_TIMELINE=1): not measured. */
+  readonly warm?: boolean;
 }
 
 export interface StepStats {
@@ -118,21 +124,20 @@ export function rfc3339Ms(text: string): number {
  */
 export async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate: number, seconds: number, already = 0): Promise<LagSample[]> {
   // The pace is kept whatever the PubAcks do: on a saturated machine they can take seconds to come.
-  const js = jetstream(nca, { timeout: 60_000 });
   // Both paths warm up at the rate first (unmeasured): the lag rows are the steady state, not a cold
   // process's first second (a relay that has moved one message has not compiled its hot path yet).
   const warm = rate * LAG_WARM_UP_SECONDS;
-  await publishAtRate(js, rate, warm, "warm", false);
+  await publishAtRate(nca, rate, warm, "warm", process.env.BENCH_LAG_TIMELINE === "1" ? "Bench-Warm-Sent" : undefined);
   const total = rate * seconds;
-  await publishAtRate(js, rate, total, "lag", true);
+  await publishAtRate(nca, rate, total, "lag", "Bench-Sent");
   await timeUntilFull(ncb, "DST", already + warm + total, 120_000);
   const samples: LagSample[] = [];
   const consumer = await jetstream(ncb).consumers.get("DST", { deliver_policy: DeliverPolicy.All });
   const iter = await consumer.consume();
   for await (const m of iter) {
-    const sent = Number(m.headers?.get("Bench-Sent"));
+    const warmSent = Number(m.headers?.get("Bench-Warm-Sent"));
+    const sent = warmSent > 0 ? warmSent : Number(m.headers?.get("Bench-Sent"));
     if (sent > 0) {
-      // not a warm-up message
       const source = m.headers?.get("Relay-Source");
       const sourceTime = m.headers?.get("Relay-Source-Time");
       samples.push({
@@ -140,6 +145,7 @@ export async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate:
         stored: m.info.timestampNanos / 1e6,
         ...(sourceTime ? { sourceStored: rfc3339Ms(sourceTime) } : {}),
         ...(source ? { sourceSeq: Number(source.split(" ")[2]) } : {}),
+        ...(warmSent > 0 ? { warm: true } : {}),
       });
     }
     if (m.info.pending === 0) break;
@@ -148,24 +154,50 @@ export async function measureLag(nca: NatsConnection, ncb: NatsConnection, rate:
   return samples;
 }
 
-/** Publishes `count` messages at `rate` msgs/s (ids `<prefix>-<n>`); `stamped`: with the send time in `Bench-Sent`. */
-async function publishAtRate(js: ReturnType<typeof jetstream>, rate: number, count: number, prefix: string, stamped: boolean): Promise<void> {
+/**
+ * Publishes `count` messages at `rate` msgs/s (ids `<prefix>-<n>`); `stamp`: the header that carries
+ * each one's send time (none without). Core publishes with a reply subject each, their PubAcks counted on one wildcard
+ * subscription: the load generator shares the machine's CPUs with the servers and the process under
+ * test, and a promise and a timer per message (the JetStream client's publish) cost it a third of a
+ * core at 5,000 msgs/s. Rejects when a PubAck is an error or they stop coming for 60 s.
+ */
+async function publishAtRate(nc: NatsConnection, rate: number, count: number, prefix: string, stamp: string | undefined): Promise<void> {
   const tickMs = 10;
   const perTick = Math.max(1, Math.round((rate * tickMs) / 1000));
-  const started = Date.now();
-  const acks: Promise<unknown>[] = [];
-  for (let sent = 0; sent < count; ) {
-    const due = started + (sent / rate) * 1000;
-    const wait = due - Date.now();
-    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
-    for (let i = 0; i < perTick && sent < count; i++, sent++) {
-      const h = headers();
-      h.set("Nats-Msg-Id", `${prefix}-${sent}`);
-      if (stamped) h.set("Bench-Sent", String(Date.now()));
-      acks.push(js.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h }));
+  const inbox = `_INBOX.lag-bench.${prefix}.${process.pid}`;
+  let acked = 0;
+  let failed: string | undefined;
+  const sub = nc.subscribe(`${inbox}.*`, {
+    callback: (_err, m) => {
+      const text = m.string();
+      if (text.includes('"error"')) failed ??= `${m.subject}: ${text}`;
+      else acked++;
+    },
+  });
+  try {
+    const started = Date.now();
+    for (let sent = 0; sent < count; ) {
+      const due = started + (sent / rate) * 1000;
+      const wait = due - Date.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      for (let i = 0; i < perTick && sent < count; i++, sent++) {
+        const h = headers();
+        h.set("Nats-Msg-Id", `${prefix}-${sent}`);
+        if (stamp) h.set(stamp, String(Date.now()));
+        nc.publish(`src.${sent % 16}`, BENCH_PAYLOAD, { headers: h, reply: `${inbox}.${sent}` });
+      }
     }
+    let seen = -1;
+    let since = Date.now();
+    while (acked < count && failed === undefined) {
+      if (acked !== seen) [seen, since] = [acked, Date.now()];
+      else if (Date.now() - since > 60_000) throw new Error(`${count - acked} of ${count} publishes got no PubAck for 60 s`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    if (failed !== undefined) throw new Error(`a publish was refused: ${failed}`);
+  } finally {
+    sub.unsubscribe();
   }
-  await Promise.all(acks);
 }
 
 /** What bench/lag-probe.mjs wrote: sseq -> [delivered, published, pubAck] (ms). */
@@ -227,11 +259,12 @@ export function analyse(samples: readonly LagSample[], probe?: ProbeTimes): LagR
 }
 
 /**
- * BENCH_LAG_TIMELINE=1: each measured second's lag (by send time), mean and max, and with the probe the
- * mean and max of "source stored -> delivered": where in the run the tail sits.
+ * BENCH_LAG_TIMELINE=1: each second's lag (by send time), mean and max, and with the probe the mean and
+ * max of "source stored -> delivered": where in the run the tail sits. The warm-up's seconds are the
+ * negative ones (what the measured run started with).
  */
 export function printTimeline(samples: readonly LagSample[], probe?: ProbeTimes): void {
-  const start = Math.min(...samples.map((s) => s.sent));
+  const start = Math.min(...samples.filter((s) => !s.warm).map((s) => s.sent));
   const seconds = new Map<number, { lag: number[]; wait: number[] }>();
   for (const s of samples) {
     const k = Math.floor((s.sent - start) / 1000);

@@ -163,8 +163,8 @@ function keepRelayLog(dir: string, row: string, output: string): void {
 }
 
 /**
- * The floor (bench/floor-forwarder.mjs): a bare client process that reads the source with an ordered
- * consumer and publishes without waiting for PubAcks, in region b reading region a as the relay does.
+ * The floor (bench/floor-forwarder.mjs): a bare client process in region b reading region a as the
+ * relay does: a core subscription on the source subjects, core publishes, no acks.
  */
 function startFloor(r: Regions): ChildProcess {
   const child = spawn(process.execPath, [join(REPO_ROOT, "bench/floor-forwarder.mjs")], {
@@ -227,8 +227,9 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
     }
     const pid = proc?.pid ?? floor?.pid;
     const relayThread = schedMeter(pid, pid ?? "all");
-    const samples = await measureLag(nca, ncb, rate, seconds, kind === "native" ? 0 : 1).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))));
-    if (samples instanceof Error) return { name, failed: `the servers did not carry ${rate} msgs/s (${samples.message})` };
+    const all = await measureLag(nca, ncb, rate, seconds, kind === "native" ? 0 : 1).catch((err: unknown) => (err instanceof Error ? err : new Error(String(err))));
+    if (all instanceof Error) return { name, failed: `the servers did not carry ${rate} msgs/s (${all.message})` };
+    const samples = all.filter((s) => !s.warm);
     const thread = relayThread();
     if (proc) {
       proc.signal("SIGTERM"); // the probe writes its file at exit
@@ -237,7 +238,7 @@ async function lagRow(servers: LocalBackend, name: string, kind: "native" | "rel
       proc = undefined;
     }
     const probe = readProbe(probeOut);
-    if (process.env.BENCH_LAG_TIMELINE === "1") printTimeline(samples, probe);
+    if (process.env.BENCH_LAG_TIMELINE === "1") printTimeline(all, probe);
     const lag = { ...analyse(samples, probe), ...(thread ? { relayThread: thread } : {}) };
     return { name, lagP50Ms: lag.p50, lagP99Ms: lag.p99, lag };
   } finally {
