@@ -214,6 +214,9 @@ export function readProbe(path: string): ProbeTimes | undefined {
   }
 }
 
+/** The earliest send time (a loop: 200,000 samples are more arguments than a call takes). */
+const earliest = (samples: readonly LagSample[]): number => samples.reduce((min, s) => Math.min(min, s.sent), Infinity);
+
 function stats(step: string, values: number[]): StepStats {
   const sorted = values.filter((v) => Number.isFinite(v)).sort((x, y) => x - y);
   return { step, p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99), max: sorted.at(-1) ?? NaN, n: sorted.length };
@@ -223,7 +226,7 @@ function stats(step: string, values: number[]): StepStats {
 export function analyse(samples: readonly LagSample[], probe?: ProbeTimes): LagResult {
   const lags = samples.map((s) => s.stored - s.sent).sort((x, y) => x - y);
   const median = quantile(lags, 0.5);
-  const start = Math.min(...samples.map((s) => s.sent));
+  const start = earliest(samples);
   const windows = new Map<number, number[]>();
   for (const s of samples) {
     const k = Math.floor((s.sent - start) / 1000);
@@ -264,7 +267,7 @@ export function analyse(samples: readonly LagSample[], probe?: ProbeTimes): LagR
  * negative ones (what the measured run started with).
  */
 export function printTimeline(samples: readonly LagSample[], probe?: ProbeTimes): void {
-  const start = Math.min(...samples.filter((s) => !s.warm).map((s) => s.sent));
+  const start = earliest(samples.filter((s) => !s.warm));
   const seconds = new Map<number, { lag: number[]; wait: number[] }>();
   for (const s of samples) {
     const k = Math.floor((s.sent - start) / 1000);
@@ -274,7 +277,7 @@ export function printTimeline(samples: readonly LagSample[], probe?: ProbeTimes)
     const delivered = s.sourceSeq === undefined ? undefined : probe?.[String(s.sourceSeq)]?.[0];
     if (typeof delivered === "number" && s.sourceStored !== undefined) w.wait.push(delivered - s.sourceStored);
   }
-  const fmt = (v: number[]) => (v.length ? `${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(1).padStart(7)} / ${Math.max(...v).toFixed(1).padStart(7)}` : "      - /       -");
+  const fmt = (v: number[]) => (v.length ? `${(v.reduce((a, b) => a + b, 0) / v.length).toFixed(1).padStart(7)} / ${v.reduce((a, b) => Math.max(a, b), -Infinity).toFixed(1).padStart(7)}` : "      - /       -");
   console.log(`${"".padEnd(6)}second   lag mean / max (ms)   source stored -> delivered mean / max`);
   for (const [k, w] of [...seconds].sort((x, y) => x[0] - y[0])) console.log(`${"".padEnd(6)}${String(k).padStart(6)}   ${fmt(w.lag)}   ${fmt(w.wait)}`);
 }

@@ -11,6 +11,7 @@ import { Relay } from "../../src/relay/relay.js";
 import { HttpServer } from "../../src/observability/http-server.js";
 import { check } from "./check.js";
 import { linesWithDuplicateKeys } from "./log-lines.js";
+import { logStem } from "./log-names.js";
 import { deferrals } from "./teardown.js";
 
 export const REPO_ROOT = new URL("../..", import.meta.url).pathname;
@@ -34,7 +35,7 @@ export class LogSink extends Writable {
 async function keepLogs(testName: string, region: string, logs: LogSink): Promise<void> {
   const dir = process.env["RELAY_TEST_LOG_DIR"];
   if (!dir) return;
-  const name = `${testName.replace(/[^A-Za-z0-9]+/g, "-").slice(0, 80)}-${region}-${process.pid}-${Date.now()}.log`;
+  const name = `${logStem(testName)}-${region}-${process.pid}-${Date.now()}.log`;
   // Created when missing: a failing hook here would skip the test's later ones (a publisher left running).
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, name), logs.text() + "\n");
@@ -164,7 +165,7 @@ export class RelayProcess {
 
 /** `opts.gaps`: the test makes the source delete messages the relay has not relayed (else a gap reported fails it). */
 export function spawnRelay(
-  t: { after(fn: () => unknown): void },
+  t: { after(fn: () => unknown): void; name?: string },
   args: readonly string[],
   env: Record<string, string> = {},
   opts: { gaps?: boolean } = {},
@@ -176,7 +177,7 @@ export function spawnRelay(
     const dir = process.env["RELAY_TEST_LOG_DIR"];
     if (dir) {
       await mkdir(dir, { recursive: true });
-      await writeFile(join(dir, `process-${p.pid ?? "gone"}-${Date.now()}.log`), p.output());
+      await writeFile(join(dir, `${logStem(t.name ?? "relay")}-process-${p.pid ?? "gone"}-${Date.now()}.log`), p.output());
     }
     assertCleanLogLines(p.output().split("\n"), `relay process ${args.join(" ")}`, opts.gaps);
   });
