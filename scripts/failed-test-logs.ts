@@ -18,11 +18,9 @@ if (!outputFile || !logDir) {
 }
 const output = readFileSync(outputFile, "utf8").split("\n");
 const start = output.findIndex((l) => l.startsWith("✖ failing tests:"));
+// The runner's summary lists each failed test after that line (none: nothing to print).
 const failed = new Set(
-  output
-    .slice(start + 1)
-    .map((l) => /^\s*✖ (.*?)(?: \([\d.]+ms\))?$/.exec(l)?.[1])
-    .filter((name): name is string => name !== undefined && start >= 0),
+  (start < 0 ? [] : output.slice(start + 1)).map((l) => /^\s*✖ (.*?)(?: \([\d.]+ms\))?$/.exec(l)?.[1]).filter((name) => name !== undefined),
 );
 let files: string[] = [];
 try {
